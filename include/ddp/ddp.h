@@ -1,0 +1,7 @@
+// ddp-cpp: distributed data-parallel training for libtorch. Include this one header.
+#pragma once
+
+#include "ddp/collectives.h"
+#include "ddp/errors.h"
+#include "ddp/init.h"
+#include "ddp/process_group.h"

@@ -1,0 +1,72 @@
+// Process-group setup: init_process_group and the functions that query the default (world) group.
+//
+// These mirror torch.distributed: one default group per process, created by init_process_group and
+// torn down by destroy_process_group, after which init_process_group may be called again.
+// Thread-safety: init_process_group, destroy_process_group and new_group must not run concurrently
+// with each other or with collectives; the query functions are safe to call from any thread while
+// the group exists.
+#pragma once
+
+#include <torch/arg.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "ddp/process_group.h"
+
+namespace ddp {
+
+/// Options of init_process_group, with PyTorch's defaults.
+///
+///   ddp::init_process_group(ddp::InitOptions().backend("gloo").init_method("tcp://10.0.0.1:23456")
+///                               .rank(r).world_size(4));
+struct InitOptions {
+  /// "gloo", "nccl" (CUDA builds of libtorch only), "shm" or "auto"; case-insensitive.
+  /// Default: "gloo".
+  TORCH_ARG(std::string, backend) = "gloo";
+  /// "env://" (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), "tcp://host:port" or "file:///path".
+  /// Default: "env://".
+  TORCH_ARG(std::string, init_method) = "env://";
+  /// This process's rank; -1 takes it from the init_method query or the environment (torchrun's
+  /// RANK, then mpirun's OMPI_COMM_WORLD_RANK, then Slurm's SLURM_PROCID). Default: -1.
+  TORCH_ARG(int, rank) = -1;
+  /// Number of processes; -1 takes it from the init_method query or the environment (WORLD_SIZE,
+  /// OMPI_COMM_WORLD_SIZE, SLURM_NTASKS). Default: -1.
+  TORCH_ARG(int, world_size) = -1;
+  /// Bounds the rendezvous and every collective of the groups created from it. Default: 30 min.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(30);
+  /// Before each collective the ranks compare a fingerprint (collective, dtype, element count,
+  /// root) in one tiny extra exchange, so that mismatched calls fail on every rank with an error
+  /// naming both sides, instead of corrupting data or aborting the process inside gloo. Turn it
+  /// off to save that round trip once a program is known to be correct. DDP's gradient buckets
+  /// never pay it: they are verified once, at construction. Default: true.
+  TORCH_ARG(bool, verify_collectives) = true;
+};
+
+/// Creates the default group. Collective: every rank of the job must call it.
+/// REQUIRES: no default group exists (call destroy_process_group first to re-initialise).
+void init_process_group(const InitOptions& options = InitOptions());
+
+/// True between init_process_group and destroy_process_group.
+bool is_initialized();
+
+/// This process's rank in `group` (the world by default), or -1 when it is not a member.
+int get_rank(const ProcessGroup& group = ProcessGroup());
+
+/// The number of ranks of `group` (the world by default), or -1 when this process is not a member.
+int get_world_size(const ProcessGroup& group = ProcessGroup());
+
+/// The backend name of the default group ("gloo", ...).
+std::string get_backend();
+
+/// Destroys every group; init_process_group may then be called again. Does nothing when no group
+/// exists. Not collective, but every rank should call it before exiting.
+void destroy_process_group();
+
+/// Creates a group of the given GLOBAL ranks. Collective over the WORLD: every rank calls it, in the
+/// same order, members and non-members alike (as in PyTorch). The ranks are sorted; duplicates and
+/// ranks outside [0, world_size) are errors. Non-members get a handle whose is_member() is false.
+ProcessGroup new_group(const std::vector<int>& ranks);
+
+}  // namespace ddp

@@ -1,0 +1,122 @@
+#include "collectives/collective_call.h"
+
+#include <ATen/ATen.h>
+
+#include <iterator>
+
+#include "common/error_context.h"
+
+namespace ddp::detail {
+
+CollectiveCall::CollectiveCall(std::string operation, const ProcessGroup& group)
+    : operation_(std::move(operation)), group_(group.state()) {
+  if (!group_->is_member()) {
+    fail("this rank is not a member of group '" + group_->name + "' (ranks " +
+         join_ints(group_->global_ranks) +
+         "); only members may call its collectives");
+  }
+}
+
+int CollectiveCall::group_rank_of(int rank, const char* what) const {
+  int group_rank = group_->to_group_rank(rank);
+  if (group_rank < 0) {
+    fail(std::string(what) + "=" + std::to_string(rank) + " is not a member of group '" +
+         group_->name + "' (global ranks " + join_ints(group_->global_ranks) +
+         "); src and dst are global ranks");
+  }
+  return group_rank;
+}
+
+at::Tensor CollectiveCall::stage(const at::Tensor& tensor, const char* what) const {
+  if (!tensor.defined()) fail(std::string(what) + " is an undefined tensor");
+  if (tensor.layout() != c10::kStrided) {
+    fail(std::string(what) + " has layout " + c10::str(tensor.layout()) +
+         "; only dense tensors are supported (call .to_dense())");
+  }
+  at::Tensor staged = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  // Complex tensors travel as pairs of reals, as in torch.distributed.
+  if (staged.is_complex()) staged = at::view_as_real(staged);
+  return staged;
+}
+
+void CollectiveCall::unstage(at::Tensor& tensor, const at::Tensor& staged) {
+  at::Tensor result = tensor.is_complex() ? at::view_as_complex(staged) : staged;
+  if (!result.is_same(tensor)) tensor.copy_(result);
+}
+
+void CollectiveCall::check_same_shape(const at::Tensor& tensor, const at::Tensor& like,
+                                      const std::string& what) const {
+  if (!tensor.defined()) fail(what + " is an undefined tensor");
+  if (tensor.scalar_type() != like.scalar_type()) {
+    fail(what + " has dtype " + std::string(c10::toString(tensor.scalar_type())) +
+         " but the output has dtype " + c10::toString(like.scalar_type()) +
+         "; all tensors of one call must share a dtype");
+  }
+  if (tensor.sizes() != like.sizes()) {
+    fail(what + " has shape " + c10::str(tensor.sizes()) + " but the output has shape " +
+         c10::str(like.sizes()) + "; they must match");
+  }
+}
+
+namespace {
+
+// Collectives by number, for the fingerprint; the index is what travels.
+const char* const kOperations[] = {"?", "all_reduce", "broadcast", "reduce", "all_gather",
+                                   "gather", "scatter", "barrier"};
+
+int64_t operation_number(const std::string& operation) {
+  for (int64_t i = 1; i < static_cast<int64_t>(std::size(kOperations)); ++i) {
+    if (operation == kOperations[i]) return i;
+  }
+  return 0;
+}
+
+std::string describe_call(const int64_t* print) {
+  std::string text = kOperations[print[0] < static_cast<int64_t>(std::size(kOperations))
+                                      ? print[0]
+                                      : 0];
+  if (print[1] >= 0) {
+    text += " of " + std::to_string(print[2]) + " " +
+            c10::toString(static_cast<c10::ScalarType>(print[1])) + " elements";
+  }
+  if (print[3] >= 0) text += ", root " + std::to_string(print[3]);
+  if (print[4] >= 0) text += std::string(", op ") + to_string(static_cast<ReduceOp>(print[4]));
+  return text;
+}
+
+}  // namespace
+
+void CollectiveCall::verify_matching_call(const at::Tensor& tensor, int root, int reduce_op) {
+  if (!group_->verify_collectives || group_->size() == 1) return;
+  constexpr int kFields = 5;
+  auto mine = at::empty({kFields}, at::kLong);
+  auto* print = mine.data_ptr<int64_t>();
+  print[0] = operation_number(operation_);
+  print[1] = tensor.defined() ? static_cast<int64_t>(tensor.scalar_type()) : -1;
+  print[2] = tensor.defined() ? tensor.numel() : 0;
+  print[3] = root;
+  print[4] = reduce_op;
+  std::vector<std::vector<at::Tensor>> all(1);
+  for (int i = 0; i < group_->size(); ++i) all[0].push_back(at::empty({kFields}, at::kLong));
+  std::vector<at::Tensor> input{mine};
+  try {
+    backend().allgather(all, input)->wait();
+  } catch (const std::exception& error) {
+    rethrow_backend_failure(operation_, error);
+  }
+  for (int i = 1; i < group_->size(); ++i) {
+    if (!at::equal(all[0][i], all[0][0])) {
+      fail("the ranks are not making the same call: rank " +
+           std::to_string(group_->global_ranks[0]) + " calls " +
+           describe_call(all[0][0].data_ptr<int64_t>()) + ", but rank " +
+           std::to_string(group_->global_ranks[i]) + " calls " +
+           describe_call(all[0][i].data_ptr<int64_t>()) +
+           ". Every rank of a group must issue the same collectives, in the same order, on "
+           "tensors of the same size and dtype.");
+    }
+  }
+}
+
+void CollectiveCall::fail(const std::string& cause) const { detail::fail(operation_, cause); }
+
+}  // namespace ddp::detail

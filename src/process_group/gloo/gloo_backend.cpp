@@ -1,0 +1,75 @@
+#include "process_group/gloo/gloo_backend.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/error_context.h"
+
+namespace ddp::detail {
+namespace {
+
+// gloo's full-mesh rendezvous publishes each rank's address under "<device>/rank_<r>".
+std::vector<int> ranks_that_arrived(c10d::Store& store, int group_size) {
+  std::vector<int> arrived;
+  for (int rank = 0; rank < group_size; ++rank) {
+    try {
+      if (store.check({"0/rank_" + std::to_string(rank)})) arrived.push_back(rank);
+    } catch (const std::exception&) {
+      // The store itself is gone (rank 0 died): nothing more to learn.
+    }
+  }
+  return arrived;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_backend(
+    const c10::intrusive_ptr<c10d::Store>& store, int group_rank, int group_size,
+    std::chrono::milliseconds timeout, const GlooDeviceChoice& device,
+    const std::string& operation) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  // Two threads, as torch.distributed's Python binding uses: one collective can progress while
+  // the next is being queued.
+  options->threads = 2;
+  try {
+    if (!device.interface.empty()) {
+      options->devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForInterface(device.interface));
+    } else if (!device.hostname.empty()) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(device.hostname));
+    } else {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+  } catch (const std::exception& error) {
+    rethrow_backend_failure(operation + " (creating the gloo device" +
+                                (device.interface.empty() ? std::string()
+                                                          : " for GLOO_SOCKET_IFNAME=" +
+                                                                device.interface) +
+                                ")",
+                            error);
+  }
+  try {
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, options);
+  } catch (const std::exception& error) {
+    std::vector<int> arrived = ranks_that_arrived(*store, group_size);
+    if (static_cast<int>(arrived.size()) < group_size) {
+      std::vector<int> missing;
+      for (int rank = 0; rank < group_size; ++rank) {
+        if (std::find(arrived.begin(), arrived.end(), rank) == arrived.end()) {
+          missing.push_back(rank);
+        }
+      }
+      fail(operation, "only " + std::to_string(arrived.size()) + " of " +
+                          std::to_string(group_size) + " ranks arrived within " +
+                          std::to_string(timeout.count()) + " ms (missing group ranks: " +
+                          join_ints(missing) +
+                          "). Start every rank with the same world size, or raise "
+                          "InitOptions().timeout.");
+    }
+    rethrow_backend_failure(operation, error);
+  }
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,37 @@
+// WorkState: an in-flight collective behind a ddp::Work handle.
+//
+// It holds the backend's c10d::Work and a completion step run once after success (copying a
+// contiguous staging tensor back into a strided one, dividing for AVG, ...). Thread-safety: wait()
+// and is_completed() may race; the completion step runs exactly once, under the mutex.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+
+namespace ddp::detail {
+
+struct WorkState {
+  WorkState(c10::intrusive_ptr<c10d::Work> work, std::string operation,
+            std::function<void()> on_success = nullptr)
+      : work(std::move(work)), operation(std::move(operation)), on_success(std::move(on_success)) {}
+
+  /// Waits, runs the completion step once; throws DistributedError on failure (every time).
+  void wait();
+  bool is_completed();
+  bool is_success();
+
+  c10::intrusive_ptr<c10d::Work> work;
+  const std::string operation;
+
+ private:
+  std::mutex mutex_;
+  std::function<void()> on_success;
+  bool finished_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace ddp::detail

@@ -1,0 +1,18 @@
+// The store-based barrier that ends init_process_group and new_group, compatible with
+// torch.distributed's _store_based_barrier (same key, same counting), so that C++ and Python ranks
+// can share one job. On timeout it says how many ranks arrived.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace ddp::rendezvous {
+
+/// REQUIRES: `store` is the default store ("default_pg" prefix); `group_count` is the value of
+/// the group counter after the new group took its number.
+void store_based_barrier(c10d::Store& store, int group_count, int world_size,
+                         std::chrono::milliseconds timeout, const std::string& operation);
+
+}  // namespace ddp::rendezvous

@@ -1,0 +1,122 @@
+#include "rendezvous/store_factory.h"
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "common/error_context.h"
+
+namespace ddp::rendezvous {
+namespace {
+
+std::string first_line(const std::exception& error) {
+  std::string what = error.what();
+  auto newline = what.find('\n');
+  return newline == std::string::npos ? what : what.substr(0, newline);
+}
+
+std::string seconds(std::chrono::milliseconds timeout) {
+  return std::to_string(timeout.count() / 1000.0).substr(0, 6) + " s";
+}
+
+c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
+                                                  std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(spec.port);
+  options.isServer = spec.rank == 0 && !spec.use_agent_store;
+  options.numWorkers = spec.world_size;
+  // We count arrivals ourselves (in the store-based barrier) to report who is missing.
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  try {
+    auto store = c10::make_intrusive<c10d::TCPStore>(spec.host, options);
+    if (!spec.use_agent_store) return store;
+    return c10::make_intrusive<c10d::PrefixStore>(
+        "/worker/attempt_" + std::to_string(spec.restart_count), store);
+  } catch (const std::exception& error) {
+    std::string what = first_line(error);
+    if (options.isServer && (what.find("Address already in use") != std::string::npos ||
+                             what.find("errno: 98") != std::string::npos)) {
+      detail::fail("init_process_group",
+                   "rank 0 cannot host the store: port " + std::to_string(spec.port) + " on " +
+                       spec.host + " is already in use (another job, or a previous run still " +
+                       "exiting). Choose another MASTER_PORT (ddprun --master-port, or " +
+                       "--standalone for a free one) or stop the process that holds it.");
+    }
+    if (options.isServer) {
+      detail::fail("init_process_group", "rank 0 cannot host the store at " + spec.describe() +
+                                             ": " + what);
+    }
+    detail::fail("init_process_group",
+                 "could not reach the store hosted by rank 0 at " + spec.host + ":" +
+                     std::to_string(spec.port) + " within " + seconds(timeout) + ": " + what +
+                     ". Check that rank 0 is running and that MASTER_ADDR/MASTER_PORT (or the "
+                     "tcp:// address) are the same on every rank.");
+  }
+}
+
+// After destroy_process_group and a new init on the same port, a fast rank can reach rank 0's
+// previous server in the moment before rank 0 closes it. So rank 0 marks its server with the
+// generation, and a client that finds another generation's server waits until that server goes
+// away, then connects again, all within the timeout.
+c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
+                                                     std::chrono::milliseconds timeout,
+                                                     int generation) {
+  const std::string marker = "ddp_server_generation_" + std::to_string(generation);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (spec.rank == 0) {
+    auto store = connect_tcp_store(spec, timeout);
+    store->set(marker, {'1'});
+    return store;
+  }
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    auto store = connect_tcp_store(spec, std::max(left, std::chrono::milliseconds(1)));
+    try {
+      store->wait({marker}, std::max(left, std::chrono::milliseconds(1)));
+      return store;
+    } catch (const std::exception& error) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        detail::fail("init_process_group",
+                     "the store at " + spec.host + ":" + std::to_string(spec.port) +
+                         " is not rank 0's store of this run (generation " +
+                         std::to_string(generation) + ") and did not go away within " +
+                         seconds(timeout) + ": " + first_line(error) +
+                         ". Another job may be using this MASTER_PORT.");
+      }
+      // The old server closed the connection: connect again, to the new one.
+    }
+  }
+}
+
+// A FileStore file outlives a crashed run. Its keys would make the next run's rendezvous see
+// arrivals that never happened. Each rank therefore counts its arrival in the file, and all keys
+// of this run live under "generation/<(count - 1) / world_size>": after a complete earlier
+// rendezvous the counter is a multiple of world_size, so a new run lands in a fresh generation.
+c10::intrusive_ptr<c10d::Store> connect_file_store(const RendezvousSpec& spec,
+                                                   std::chrono::milliseconds timeout) {
+  try {
+    auto file = c10::make_intrusive<c10d::FileStore>(spec.path, spec.world_size);
+    file->setTimeout(timeout);
+    int64_t arrival = file->add("ddp_arrivals", 1);
+    int64_t generation = (arrival - 1) / spec.world_size;
+    return c10::make_intrusive<c10d::PrefixStore>("generation/" + std::to_string(generation),
+                                                  file);
+  } catch (const std::exception& error) {
+    detail::fail("init_process_group", "cannot use the rendezvous file " + spec.path + ": " +
+                                           first_line(error) +
+                                           ". Its folder must exist and be writable by every rank.");
+  }
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousSpec& spec,
+                                              std::chrono::milliseconds timeout, int generation) {
+  if (spec.method == Method::kFile) return connect_file_store(spec, timeout);
+  if (spec.use_agent_store) return connect_tcp_store(spec, timeout);
+  return connect_hosted_store(spec, timeout, generation);
+}
+
+}  // namespace ddp::rendezvous

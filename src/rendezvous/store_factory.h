@@ -1,0 +1,23 @@
+// Connects this process to the job's key-value store, as described by a RendezvousSpec.
+//
+// env:// and tcp://: rank 0 hosts a c10d TCPStore, the others connect to it (under torchrun's
+// static rendezvous every rank is a client of the agent's store instead). file://: a c10d
+// FileStore, with the keys of each run under their own generation prefix, so that a file left over
+// by a crashed run does not break or hang the next one (see connect_store in the .cpp).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+
+#include "rendezvous/rendezvous_spec.h"
+
+namespace ddp::rendezvous {
+
+/// Throws DistributedError for a port already in use, an unreachable store and the like.
+/// `generation` numbers this process's init_process_group calls (1, 2, ...); every rank makes
+/// them in step.
+c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousSpec& spec,
+                                              std::chrono::milliseconds timeout, int generation);
+
+}  // namespace ddp::rendezvous
