@@ -1,0 +1,190 @@
+// End to end: the real ddprun binary with `sh -c` workers; environment, output relaying, help
+// and command line errors.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <regex>
+
+#include "launcher_harness.h"
+
+namespace ddprun_test {
+namespace {
+
+int OnlineCores() { return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); }
+
+void ExpectExitedWith(const LauncherRun& run, int code) {
+  EXPECT_FALSE(run.timed_out) << "ddprun hung; stderr:\n" << run.err;
+  EXPECT_EQ(run.exit_code, code) << "stdout:\n" << run.out << "stderr:\n" << run.err;
+}
+
+bool Contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+constexpr const char* kPrintEnv =
+    "echo \"R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE LW=$LOCAL_WORLD_SIZE GR=$GROUP_RANK"
+    " GW=$GROUP_WORLD_SIZE RR=$ROLE_RANK RW=$ROLE_WORLD_SIZE RN=$ROLE_NAME MA=$MASTER_ADDR"
+    " MP=$MASTER_PORT RC=$TORCHELASTIC_RESTART_COUNT MR=$TORCHELASTIC_MAX_RESTARTS"
+    " RID=$TORCHELASTIC_RUN_ID OMP=$OMP_NUM_THREADS AS=${TORCHELASTIC_USE_AGENT_STORE-unset}"
+    " FP=$FROM_PARENT\"";
+
+TEST(LauncherEndToEnd, EveryWorkerGetsItsRankEnvironmentAndPrefixedOutput) {
+  LauncherRun run =
+      RunLauncher({"--nproc-per-node", "3", "--master_port=29511", "--max-restarts", "1",
+                   "--run-id", "abc", "--role", "trainer", "sh", "-c", kPrintEnv},
+                  {{"FROM_PARENT", "yes"}});
+  ExpectExitedWith(run, 0);
+  const std::string omp = std::to_string(std::max(1, OnlineCores() / 3));
+  for (int r = 0; r < 3; ++r) {
+    std::string rank = std::to_string(r);
+    std::string expected = "[" + rank + "]: R=" + rank + " L=" + rank +
+                           " W=3 LW=3 GR=0 GW=1 RR=" + rank +
+                           " RW=3 RN=trainer MA=127.0.0.1 MP=29511 RC=0 MR=1 RID=abc OMP=" + omp +
+                           " AS=unset FP=yes\n";
+    EXPECT_TRUE(Contains(run.out, expected)) << expected << "not in:\n" << run.out;
+  }
+  EXPECT_EQ(Lines(run.out).size(), 3u) << run.out;
+}
+
+TEST(LauncherEndToEnd, SecondNodeGetsGlobalRanksAndGroupRank) {
+  LauncherRun run = RunLauncher({"--nnodes=2", "--node_rank", "1", "--nproc_per_node=2",
+                                 "--master_addr", "10.0.0.1", "sh", "-c", kPrintEnv});
+  ExpectExitedWith(run, 0);
+  EXPECT_TRUE(Contains(run.out,
+                       "[2]: R=2 L=0 W=4 LW=2 GR=1 GW=2 RR=2 RW=4 RN=default "
+                       "MA=10.0.0.1 MP=29500 RC=0 MR=0 RID=none"))
+      << run.out;
+  EXPECT_TRUE(Contains(run.out, "[3]: R=3 L=1 W=4 LW=2 GR=1 GW=2 RR=3")) << run.out;
+}
+
+TEST(LauncherEndToEnd, OmpNumThreadsAlreadySetIsPassedUnchanged) {
+  LauncherRun run = RunLauncher({"--nproc-per-node", "2", "sh", "-c", "echo OMP=$OMP_NUM_THREADS"},
+                                {{"OMP_NUM_THREADS", "7"}});
+  ExpectExitedWith(run, 0);
+  EXPECT_TRUE(Contains(run.out, "[0]: OMP=7\n")) << run.out;
+  EXPECT_TRUE(Contains(run.out, "[1]: OMP=7\n")) << run.out;
+}
+
+TEST(LauncherEndToEnd, PetEnvironmentFallbackIsUsed) {
+  LauncherRun run = RunLauncher({"sh", "-c", "echo $WORLD_SIZE $MASTER_PORT"},
+                                {{"PET_NPROC_PER_NODE", "2"}, {"PET_MASTER_PORT", "4100"}});
+  ExpectExitedWith(run, 0);
+  EXPECT_TRUE(Contains(run.out, "[1]: 2 4100\n")) << run.out;
+}
+
+TEST(LauncherEndToEnd, AutoStartsOneWorkerPerOnlineCore) {
+  LauncherRun run = RunLauncher({"--nproc-per-node", "auto", "sh", "-c", "echo $WORLD_SIZE"});
+  ExpectExitedWith(run, 0);
+  EXPECT_EQ(static_cast<int>(Lines(run.out).size()), OnlineCores()) << run.out;
+}
+
+TEST(LauncherEndToEnd, ProgramArgumentsThatLookLikeFlagsPassThrough) {
+  LauncherRun run =
+      RunLauncher({"sh", "-c", "echo \"$0|$1|$2|$3\"", "zero", "--nproc-per-node=9", "-h", "--"});
+  ExpectExitedWith(run, 0);
+  EXPECT_EQ(run.out, "[0]: zero|--nproc-per-node=9|-h|--\n");
+}
+
+TEST(LauncherEndToEnd, StdoutAndStderrAreRelayedSeparatelyAndLastLineGetsNewline) {
+  LauncherRun run = RunLauncher(
+      {"--nproc-per-node", "2", "sh", "-c", "echo out-$RANK; echo err-$RANK >&2; printf end"});
+  ExpectExitedWith(run, 0);
+  for (const char* rank : {"0", "1"}) {
+    std::string prefix = std::string("[") + rank + "]: ";
+    EXPECT_TRUE(Contains(run.out, prefix + "out-" + rank + "\n")) << run.out;
+    EXPECT_TRUE(Contains(run.out, prefix + "end\n")) << run.out;
+    EXPECT_TRUE(Contains(run.err, prefix + "err-" + rank + "\n")) << run.err;
+  }
+  EXPECT_FALSE(Contains(run.out, "err-")) << run.out;
+  EXPECT_FALSE(Contains(run.err, "out-")) << run.err;
+}
+
+TEST(LauncherEndToEnd, LinesOfConcurrentWorkersNeverMix) {
+  constexpr int kWorkers = 4;
+  constexpr int kLinesEach = 300;
+  LauncherRun run = RunLauncher(
+      {"--nproc-per-node", std::to_string(kWorkers), "sh", "-c",
+       "i=0; while [ $i -lt " + std::to_string(kLinesEach) +
+           " ]; do echo \"line-$RANK-$i-abcdefghijklmnopqrstuvwxyz0123456789\"; i=$((i+1)); done"});
+  ExpectExitedWith(run, 0);
+  std::vector<std::string> lines = Lines(run.out);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kWorkers * kLinesEach));
+  const std::regex well_formed(R"(\[(\d)\]: line-\1-(\d+)-abcdefghijklmnopqrstuvwxyz0123456789)");
+  std::vector<int> next(kWorkers, 0);
+  for (const std::string& line : lines) {
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(line, match, well_formed)) << line;
+    int rank = std::stoi(match[1]);
+    EXPECT_EQ(std::stoi(match[2]), next[rank]++) << "lines of rank " << rank << " out of order";
+  }
+}
+
+TEST(LauncherEndToEnd, StandaloneExportsAFreeLoopbackPort) {
+  LauncherRun run =
+      RunLauncher({"--standalone", "sh", "-c", "echo port=$MASTER_PORT addr=$MASTER_ADDR"});
+  ExpectExitedWith(run, 0);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(run.out, match, std::regex(R"(\[0\]: port=(\d+) addr=(\S+))")))
+      << run.out;
+  int port = std::stoi(match[1]);
+  EXPECT_GE(port, 1);
+  EXPECT_LE(port, 65535);
+  EXPECT_EQ(match[2], "127.0.0.1");
+  // Nothing took it meanwhile, so it can still be bound: it was a free port.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  close(fd);
+}
+
+TEST(LauncherEndToEnd, HelpExitsZeroAndMentionsEveryFlag) {
+  for (const char* flag : {"--help", "-h"}) {
+    LauncherRun run = RunLauncher({flag});
+    ExpectExitedWith(run, 0);
+    for (const char* word :
+         {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+          "--standalone", "--max-restarts", "--monitor-interval", "--run-id", "--role",
+          "--stop-grace", "--help", "PET_", "RANK", "OMP_NUM_THREADS"}) {
+      EXPECT_TRUE(Contains(run.out, word)) << word;
+    }
+  }
+}
+
+TEST(LauncherEndToEnd, BadFlagValueExitsTwoNamingFlagAndValue) {
+  LauncherRun run = RunLauncher({"--nproc-per-node", "zero", "true"});
+  ExpectExitedWith(run, 2);
+  EXPECT_TRUE(Contains(run.err, "ddprun: error: argument --nproc-per-node: invalid value 'zero'"))
+      << run.err;
+  EXPECT_TRUE(Contains(run.err, "'auto'")) << run.err;
+  EXPECT_EQ(run.out, "");
+}
+
+TEST(LauncherEndToEnd, UnknownFlagAndMissingProgramExitTwo) {
+  LauncherRun unknown = RunLauncher({"--rdzv-backend=c10d", "true"});
+  ExpectExitedWith(unknown, 2);
+  EXPECT_TRUE(Contains(unknown.err, "ddprun: error: unrecognized option '--rdzv-backend'"))
+      << unknown.err;
+  LauncherRun missing = RunLauncher({"--nproc-per-node", "2"});
+  ExpectExitedWith(missing, 2);
+  EXPECT_TRUE(Contains(missing.err, "ddprun: error: missing PROGRAM")) << missing.err;
+}
+
+TEST(LauncherEndToEnd, ProgramNotFoundExits127WithMessage) {
+  LauncherRun run = RunLauncher({"--nproc-per-node", "2", "ddprun-no-such-program-xyz", "arg"});
+  ExpectExitedWith(run, 127);
+  EXPECT_TRUE(Contains(
+      run.err, "ddprun: cannot run 'ddprun-no-such-program-xyz': No such file or directory"))
+      << run.err;
+  EXPECT_TRUE(Contains(run.err, "exit code 127")) << run.err;
+}
+
+}  // namespace
+}  // namespace ddprun_test

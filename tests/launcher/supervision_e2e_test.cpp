@@ -1,0 +1,169 @@
+// End to end: how ddprun supervises workers: failures, restarts, signals, orphan prevention.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <regex>
+
+#include "launcher_harness.h"
+
+namespace ddprun_test {
+namespace {
+
+void ExpectExitedWith(const LauncherRun& run, int code) {
+  EXPECT_FALSE(run.timed_out) << "ddprun hung; stderr:\n" << run.err;
+  EXPECT_EQ(run.exit_code, code) << "stdout:\n" << run.out << "stderr:\n" << run.err;
+}
+
+bool Contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+pid_t ReadPid(const std::string& path) { return static_cast<pid_t>(std::stol(ReadFile(path))); }
+
+// Worker script prelude: publish this worker's pid atomically as $D/pid.$RANK.
+constexpr const char* kPublishPid =
+    "echo $$ > \"$D/tmp.$RANK\"; mv \"$D/tmp.$RANK\" \"$D/pid.$RANK\"; ";
+// Rank 1 waits until rank 0 is known to run, then fails with exit code 3.
+constexpr const char* kRankOneFails =
+    "if [ $RANK = 1 ]; then while [ ! -f \"$D/pid.0\" ]; do sleep 0.01; done; "
+    "echo boom >&2; exit 3; fi; ";
+
+TEST(Supervision, FailingWorkerStopsTheOthersAndReportsRankCodeAndStderr) {
+  ScratchDir dir;
+  LauncherRun run = RunLauncher({"--nproc-per-node", "2", "--stop-grace", "2", "sh", "-c",
+                                 std::string(kPublishPid) + kRankOneFails + "exec sleep 30"},
+                                {{"D", dir.path()}});
+  ExpectExitedWith(run, 3);
+  EXPECT_LT(run.seconds, 5.0);
+  EXPECT_TRUE(Contains(run.err, "[1]: boom\n")) << run.err;
+  EXPECT_TRUE(Contains(run.err, "first failure: rank 1 (local rank 1, pid " +
+                                    std::to_string(ReadPid(dir.File("pid.1"))) + "): exit code 3"))
+      << run.err;
+  EXPECT_TRUE(Contains(run.err, "exit code 3")) << run.err;
+  EXPECT_TRUE(Contains(run.err, "ddprun:     boom\n")) << run.err;
+  // ddprun has reaped rank 0: its pid no longer exists.
+  EXPECT_FALSE(ProcessAlive(ReadPid(dir.File("pid.0"))));
+}
+
+TEST(Supervision, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  ScratchDir dir;
+  LauncherRun run =
+      RunLauncher({"--nproc-per-node", "2", "--stop-grace=0.5", "sh", "-c",
+                   std::string("trap '' TERM; ") + kPublishPid + kRankOneFails + "exec sleep 30"},
+                  {{"D", dir.path()}});
+  ExpectExitedWith(run, 3);
+  EXPECT_GE(run.seconds, 0.5);
+  EXPECT_LT(run.seconds, 5.0);
+  EXPECT_FALSE(ProcessAlive(ReadPid(dir.File("pid.0"))));
+}
+
+TEST(Supervision, FailedWorkersLeftoverChildrenAreStopped) {
+  LauncherRun run =
+      RunLauncher({"--stop-grace", "1", "sh", "-c", "sleep 30 & echo child=$!; exit 4"});
+  ExpectExitedWith(run, 4);
+  EXPECT_LT(run.seconds, 5.0);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(run.out, match, std::regex(R"(child=(\d+))"))) << run.out;
+  EXPECT_TRUE(WaitProcessGone(static_cast<pid_t>(std::stol(match[1])), 5));
+}
+
+TEST(Supervision, WorkerKilledBySignalGives128PlusSignal) {
+  LauncherRun run = RunLauncher({"sh", "-c", "kill -9 $$"});
+  ExpectExitedWith(run, 137);
+  EXPECT_TRUE(Contains(run.err, "signal 9 (SIGKILL)")) << run.err;
+  EXPECT_TRUE(Contains(run.err, "wrote nothing to stderr")) << run.err;
+}
+
+// Regression: a worker stopped right after fork(), before it reset ddprun's signal handlers,
+// used to report the SIGTERM through ddprun's self-pipe, as if ddprun itself had been stopped.
+TEST(Supervision, StoppingJustForkedWorkersIsNotMistakenForASignalToDdprun) {
+  for (int i = 0; i < 20; ++i) {
+    LauncherRun run = RunLauncher({"--nproc-per-node", "6", "false"});
+    ExpectExitedWith(run, 1);
+    ASSERT_FALSE(Contains(run.err, "received SIGTERM")) << "iteration " << i << "\n" << run.err;
+  }
+}
+
+TEST(Supervision, RestartsUntilTheWorkerSucceeds) {
+  LauncherRun run = RunLauncher({"--max-restarts", "2", "--nproc-per-node", "2", "sh", "-c",
+                                 "echo attempt=$TORCHELASTIC_RESTART_COUNT; "
+                                 "[ \"$TORCHELASTIC_RESTART_COUNT\" = 2 ] || exit 4"});
+  ExpectExitedWith(run, 0);
+  // The worker that failed an attempt printed first; the others may have been stopped before.
+  for (const char* attempt : {"]: attempt=0\n", "]: attempt=1\n"}) {
+    EXPECT_GE(CountOccurrences(run.out, attempt), 1) << attempt << run.out;
+  }
+  EXPECT_EQ(CountOccurrences(run.out, "]: attempt=2\n"), 2) << run.out;
+  EXPECT_TRUE(Contains(run.err, "exit code 4), restarting (attempt 1 of 2)\n")) << run.err;
+  EXPECT_TRUE(Contains(run.err, "exit code 4), restarting (attempt 2 of 2)\n")) << run.err;
+  EXPECT_FALSE(Contains(run.err, "ddprun: error")) << run.err;
+}
+
+TEST(Supervision, GivesUpAfterMaxRestartsPlusOneAttempts) {
+  LauncherRun run = RunLauncher(
+      {"--max-restarts", "1", "sh", "-c", "echo attempt=$TORCHELASTIC_RESTART_COUNT; exit 5"});
+  ExpectExitedWith(run, 5);
+  EXPECT_EQ(CountOccurrences(run.out, "[0]: attempt="), 2) << run.out;
+  EXPECT_TRUE(Contains(run.out, "[0]: attempt=0\n[0]: attempt=1\n")) << run.out;
+  EXPECT_EQ(CountOccurrences(run.err, "restarting"), 1) << run.err;
+  EXPECT_TRUE(Contains(run.err, "worker group failed (2 attempts)")) << run.err;
+}
+
+TEST(Supervision, SigtermReachesEveryWorkerAndExits143) {
+  ScratchDir dir;
+  LauncherProcess ddprun(
+      {"--nproc-per-node", "2", "--stop-grace", "3", "--max-restarts", "2", "sh", "-c",
+       "trap 'echo term > \"$D/term.$RANK\"; exit 0' TERM; echo ready; "
+       "sleep 30 & wait"},
+      {{"D", dir.path()}});
+  ASSERT_TRUE(ddprun.WaitForStdout("]: ready\n", 2, 5));
+  ddprun.Signal(SIGTERM);
+  LauncherRun run = ddprun.Wait(8);
+  ExpectExitedWith(run, 143);
+  EXPECT_TRUE(FileExists(dir.File("term.0")));
+  EXPECT_TRUE(FileExists(dir.File("term.1")));
+  EXPECT_FALSE(Contains(run.err, "restarting")) << run.err;
+  EXPECT_TRUE(Contains(run.err, "received SIGTERM")) << run.err;
+}
+
+TEST(Supervision, SigintStopsWithoutRestartAndExits130) {
+  ScratchDir dir;
+  LauncherProcess ddprun({"--nproc-per-node", "2", "--max-restarts", "3", "sh", "-c",
+                          std::string(kPublishPid) + "echo ready; exec sleep 30"},
+                         {{"D", dir.path()}});
+  ASSERT_TRUE(ddprun.WaitForStdout("]: ready\n", 2, 5));
+  ddprun.Signal(SIGINT);
+  LauncherRun run = ddprun.Wait(8);
+  ExpectExitedWith(run, 130);
+  EXPECT_FALSE(Contains(run.err, "restarting")) << run.err;
+  EXPECT_FALSE(ProcessAlive(ReadPid(dir.File("pid.0"))));
+  EXPECT_FALSE(ProcessAlive(ReadPid(dir.File("pid.1"))));
+}
+
+TEST(Supervision, SighupIsForwardedAndExits129) {
+  LauncherProcess ddprun({"sh", "-c", "trap 'echo hup; exit 0' HUP; echo ready; sleep 30 & wait"});
+  ASSERT_TRUE(ddprun.WaitForStdout("]: ready\n", 1, 5));
+  ddprun.Signal(SIGHUP);
+  LauncherRun run = ddprun.Wait(8);
+  ExpectExitedWith(run, 129);
+  EXPECT_TRUE(Contains(run.out, "[0]: hup\n")) << run.out;
+}
+
+TEST(Supervision, WorkersDieWhenDdprunIsKilled) {
+  LauncherProcess ddprun({"--nproc-per-node", "2", "sh", "-c", "echo pid=$$; exec sleep 30"});
+  ASSERT_TRUE(ddprun.WaitForStdout("]: pid=", 2, 5));
+  ddprun.Signal(SIGKILL);
+  LauncherRun run = ddprun.Wait(8);
+  EXPECT_FALSE(run.timed_out);
+  EXPECT_EQ(run.term_signal, SIGKILL);
+  std::regex pid_line(R"(\]: pid=(\d+))");
+  int checked = 0;
+  for (auto it = std::sregex_iterator(run.out.begin(), run.out.end(), pid_line);
+       it != std::sregex_iterator(); ++it, ++checked) {
+    EXPECT_TRUE(WaitProcessGone(static_cast<pid_t>(std::stol((*it)[1])), 5));
+  }
+  EXPECT_EQ(checked, 2) << run.out;
+}
+
+}  // namespace
+}  // namespace ddprun_test

@@ -1,0 +1,43 @@
+// ddprun: a torchrun-compatible launcher for ddp-cpp programs. See `ddprun --help`.
+#include <signal.h>
+#include <unistd.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fd_io.h"
+#include "free_port.h"
+#include "launcher.h"
+#include "launcher_options.h"
+
+int main(int argc, char** argv) {
+  using namespace ddprun;
+  EnsureStandardDescriptors();
+  const int online_cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  ParseResult parsed = ParseLauncherOptions(std::vector<std::string>(argv + 1, argv + argc),
+                                            LookupProcessEnv, online_cores);
+  if (parsed.action == ParseResult::Action::kHelp) {
+    WriteAll(STDOUT_FILENO, UsageText());
+    return 0;
+  }
+  if (parsed.action == ParseResult::Action::kError) {
+    WriteAll(STDERR_FILENO, "ddprun: error: " + parsed.error + "\nTry 'ddprun --help'.\n");
+    return kUsageErrorExitCode;
+  }
+  LauncherOptions& options = parsed.options;
+  if (options.standalone) {
+    std::string error;
+    std::optional<int> port = PickFreePort(&error);
+    if (!port) {
+      WriteAll(STDERR_FILENO,
+               "ddprun: error: --standalone: cannot pick a free port: " + error + "\n");
+      return kLauncherErrorExitCode;
+    }
+    options.master_port = *port;
+  }
+  // A closed stdout (e.g. `ddprun ... | head`) must not kill the supervisor; workers get the
+  // default disposition back before exec.
+  signal(SIGPIPE, SIG_IGN);
+  return RunLauncher(options, online_cores);
+}
