@@ -1,0 +1,164 @@
+// Failures: every one is a DistributedError that names what happened, within its bound, never a
+// hang. Each test bounds itself twice: a short group timeout and the fixture's process deadline.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include "ddp/ddp.h"
+#include "support/multiprocess.h"
+
+using ddp::testing::elapsed_ms;
+using ddp::testing::Launch;
+using ddp::testing::run_ranks;
+using ddp::testing::run_ranks_ok;
+
+namespace {
+
+constexpr auto kShortTimeout = std::chrono::seconds(4);
+
+// Runs `action`, expects a DistributedError containing every one of `parts`.
+template <typename Action>
+void expect_error(Action&& action, std::initializer_list<const char*> parts) {
+  try {
+    action();
+    ADD_FAILURE() << "expected a DistributedError";
+  } catch (const ddp::DistributedError& e) {
+    for (const char* part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "missing '" << part << "' in: " << e.what();
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Failure, RankThatNeverArrivesIsReportedAfterTheTimeout) {
+  Launch launch;
+  launch.world_size = 3;
+  auto outcomes = run_ranks(launch, [](int rank) {
+    if (rank == 2) return;  // never calls init_process_group
+    auto start = std::chrono::steady_clock::now();
+    expect_error([] { ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout)); },
+                 {"only 2 of 3 ranks arrived", "missing group ranks: 2"});
+    EXPECT_LT(elapsed_ms(start), 15000);
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}
+
+TEST(Failure, PeerThatDiesDuringACollectiveFailsTheSurvivors) {
+  Launch launch;
+  launch.world_size = 3;
+  auto outcomes = run_ranks(launch, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(20)));
+    auto t = torch::ones({1 << 20});
+    ddp::all_reduce(t);
+    if (rank == 1) ::raise(SIGKILL);  // dies between two collectives of the others
+    auto start = std::chrono::steady_clock::now();
+    expect_error(
+        [&] {
+          for (int i = 0; i < 50; ++i) ddp::all_reduce(t);
+        },
+        {"ddp::all_reduce failed"});
+    EXPECT_LT(elapsed_ms(start), 20000 + 5000);
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].describe();
+  EXPECT_EQ(outcomes[1].signal, SIGKILL);
+  EXPECT_EQ(outcomes[2].exit_code, 0) << outcomes[2].describe();
+}
+
+TEST(Failure, PeerThatStopsRespondingFailsTheOthersAfterTheTimeout) {
+  Launch launch;
+  launch.timeout = std::chrono::seconds(30);
+  auto outcomes = run_ranks(launch, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout));
+    if (rank == 1) {
+      ::alarm(10);  // bounded: SIGALRM ends this rank
+      ::pause();
+    }
+    auto start = std::chrono::steady_clock::now();
+    auto t = torch::ones({16});
+    expect_error([&] { ddp::all_reduce(t); }, {"[rank 0] ddp::all_reduce failed", "timeout"});
+    EXPECT_LT(elapsed_ms(start), 9000);
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].describe();
+}
+
+TEST(Failure, StorePortAlreadyInUseIsNamed) {
+  int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  run_ranks_ok(1, [port](int) {
+    expect_error(
+        [port] {
+          ddp::init_process_group(ddp::InitOptions()
+                                      .init_method("tcp://127.0.0.1:" + std::to_string(port))
+                                      .rank(0)
+                                      .world_size(1)
+                                      .timeout(kShortTimeout));
+        },
+        {"already in use", "MASTER_PORT"});
+  });
+  ::close(holder);
+}
+
+TEST(Failure, MonitoredBarrierNamesEveryMissingRank) {
+  Launch launch;
+  launch.world_size = 4;
+  auto outcomes = run_ranks(launch, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(20)));
+    if (rank == 1 || rank == 3) {
+      // These ranks skip the barrier, then wait for the others' verdict through a normal barrier.
+      ddp::barrier();
+      return;
+    }
+    auto start = std::chrono::steady_clock::now();
+    if (rank == 0) {
+      expect_error([] { ddp::monitored_barrier(std::chrono::seconds(2)); },
+                   {"ranks 1, 3 failed to pass monitored_barrier", "2 of 4 ranks missing"});
+    } else {
+      expect_error([] { ddp::monitored_barrier(std::chrono::seconds(2)); },
+                   {"rank 0 reports that ranks 1, 3 failed"});
+    }
+    EXPECT_LT(elapsed_ms(start), 8000);
+    ddp::barrier();
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}
+
+TEST(Failure, MismatchedTensorSizesAcrossRanksAreAnError) {
+  Launch launch;
+  launch.timeout = std::chrono::seconds(30);
+  auto outcomes = run_ranks(launch, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout));
+    auto t = torch::ones({rank == 0 ? 100 : 60});
+    auto start = std::chrono::steady_clock::now();
+    expect_error([&] { ddp::all_reduce(t); },
+                 {"rank 0 calls all_reduce of 100 Float elements, op SUM",
+                  "rank 1 calls all_reduce of 60 Float elements"});
+    // A different collective on each rank is caught the same way, and the group stays usable.
+    expect_error(
+        [&] {
+          if (rank == 0) {
+            ddp::broadcast(t, 0);
+          } else {
+            ddp::all_reduce(t);
+          }
+        },
+        {"rank 0 calls broadcast", "rank 1 calls all_reduce"});
+    auto same = torch::ones({8});
+    ddp::all_reduce(same);
+    EXPECT_EQ(same[0].item<float>(), 2.0f);
+    EXPECT_LT(elapsed_ms(start), 10000);
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}

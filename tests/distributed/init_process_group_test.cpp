@@ -1,0 +1,223 @@
+// init_process_group with every init method, re-initialisation, and sub-groups.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "ddp/ddp.h"
+#include "support/multiprocess.h"
+
+using ddp::testing::Launch;
+using ddp::testing::run_ranks;
+using ddp::testing::run_ranks_ok;
+
+namespace {
+
+void expect_world_sum(int world) {
+  auto t = torch::ones({3});
+  ddp::all_reduce(t);
+  EXPECT_EQ(t[0].item<float>(), static_cast<float>(world));
+}
+
+}  // namespace
+
+TEST(InitProcessGroup, TcpInitMethodWithExplicitRankAtWorldSizesOneToFour) {
+  for (int world = 1; world <= 4; ++world) {
+    const int port = ddp::testing::free_port();
+    run_ranks_ok(world, [world, port](int rank) {
+      ddp::init_process_group(ddp::InitOptions()
+                                  .init_method("tcp://127.0.0.1:" + std::to_string(port))
+                                  .rank(rank)
+                                  .world_size(world));
+      EXPECT_EQ(ddp::get_rank(), rank);
+      EXPECT_EQ(ddp::get_world_size(), world);
+      expect_world_sum(world);
+      ddp::destroy_process_group();
+    });
+  }
+}
+
+TEST(InitProcessGroup, TcpInitMethodTakesRankAndWorldSizeFromTheQuery) {
+  const int port = ddp::testing::free_port();
+  Launch launch;
+  launch.set_rendezvous_env = false;
+  for (const auto& outcome : run_ranks(launch, [port](int rank) {
+         ddp::init_process_group(ddp::InitOptions().init_method(
+             "tcp://localhost:" + std::to_string(port) + "?rank=" + std::to_string(rank) +
+             "&world_size=2"));
+         expect_world_sum(2);
+         ddp::destroy_process_group();
+       })) {
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+  }
+}
+
+TEST(InitProcessGroup, FileInitMethodAtWorldSizesOneToFour) {
+  for (int world = 1; world <= 4; ++world) {
+    const std::string path = ddp::testing::fresh_path();
+    run_ranks_ok(world, [world, path](int) {
+      ddp::init_process_group(ddp::InitOptions().init_method("file://" + path));
+      expect_world_sum(world);
+      ddp::destroy_process_group();
+    });
+  }
+}
+
+TEST(InitProcessGroup, StaleFileOfACrashedRunDoesNotBreakTheNextRun) {
+  const std::string path = ddp::testing::fresh_path();
+  // The first run "crashes": its ranks exit without destroying the group, leaving the file.
+  run_ranks_ok(2, [path](int) {
+    ddp::init_process_group(ddp::InitOptions().init_method("file://" + path));
+    expect_world_sum(2);
+    std::fflush(stdout);
+    ::_exit(0);
+  });
+  ASSERT_TRUE(std::ifstream(path).good()) << "the crashed run should have left its file";
+  for (int run = 0; run < 2; ++run) {
+    run_ranks_ok(2, [path](int) {
+      ddp::init_process_group(ddp::InitOptions()
+                                  .init_method("file://" + path)
+                                  .timeout(std::chrono::seconds(20)));
+      expect_world_sum(2);
+      ::_exit(0);
+    });
+  }
+}
+
+TEST(InitProcessGroup, EnvInitMethodReadsTorchrunVariables) {
+  run_ranks_ok(3, [](int rank) {
+    ddp::init_process_group();  // env:// is the default
+    EXPECT_TRUE(ddp::is_initialized());
+    EXPECT_EQ(ddp::get_rank(), rank);
+    EXPECT_EQ(ddp::get_backend(), "gloo");
+    expect_world_sum(3);
+    ddp::destroy_process_group();
+    EXPECT_FALSE(ddp::is_initialized());
+  });
+}
+
+TEST(InitProcessGroup, MpirunAndSlurmVariablesAreUsedWhenTorchrunsAreAbsent) {
+  run_ranks_ok(2, [](int rank) {
+    ::unsetenv("RANK");
+    ::unsetenv("WORLD_SIZE");
+    if (rank == 0) {
+      ::setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+      ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    } else {
+      ::setenv("SLURM_PROCID", "1", 1);
+      ::setenv("SLURM_NTASKS", "2", 1);
+    }
+    ddp::init_process_group();
+    EXPECT_EQ(ddp::get_rank(), rank);
+    expect_world_sum(2);
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(InitProcessGroup, DestroyThenInitAgainWorks) {
+  run_ranks_ok(2, [](int) {
+    for (int round = 0; round < 3; ++round) {
+      ddp::init_process_group();
+      expect_world_sum(2);
+      ddp::destroy_process_group();
+    }
+  });
+}
+
+TEST(InitProcessGroup, SecondInitWithoutDestroyIsAnError) {
+  run_ranks_ok(1, [](int) {
+    ddp::init_process_group();
+    try {
+      ddp::init_process_group();
+      ADD_FAILURE() << "expected an error";
+    } catch (const ddp::DistributedError& e) {
+      EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(InitProcessGroup, QueriesBeforeInitAreClearErrors) {
+  run_ranks_ok(1, [](int) {
+    EXPECT_FALSE(ddp::is_initialized());
+    try {
+      ddp::get_rank();
+      ADD_FAILURE() << "expected an error";
+    } catch (const ddp::DistributedError& e) {
+      EXPECT_NE(std::string(e.what()).find("init_process_group"), std::string::npos);
+    }
+    auto t = torch::ones({1});
+    EXPECT_THROW(ddp::all_reduce(t), ddp::DistributedError);
+  });
+}
+
+TEST(InitProcessGroup, UnknownAndUnavailableBackendsAreNamed) {
+  run_ranks_ok(1, [](int) {
+    try {
+      ddp::init_process_group(ddp::InitOptions().backend("mpi"));
+      ADD_FAILURE();
+    } catch (const ddp::DistributedError& e) {
+      EXPECT_NE(std::string(e.what()).find("known backends: \"gloo\""), std::string::npos)
+          << e.what();
+    }
+    try {
+      ddp::init_process_group(ddp::InitOptions().backend("NCCL"));
+      ADD_FAILURE();
+    } catch (const ddp::DistributedError& e) {
+      EXPECT_NE(std::string(e.what()).find("without CUDA"), std::string::npos) << e.what();
+    }
+    ddp::init_process_group(ddp::InitOptions().backend("GLOO"));  // case-insensitive
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(NewGroup, MembersReduceAmongThemselvesAndSourcesAreGlobalRanks) {
+  run_ranks_ok(4, [](int rank) {
+    ddp::init_process_group();
+    ddp::ProcessGroup odd = ddp::new_group({3, 1});
+    ddp::ProcessGroup even = ddp::new_group({0, 2});
+    ddp::ProcessGroup& mine = rank % 2 ? odd : even;
+    ddp::ProcessGroup& other = rank % 2 ? even : odd;
+    EXPECT_TRUE(mine.is_member());
+    EXPECT_FALSE(other.is_member());
+    EXPECT_EQ(ddp::get_rank(other), -1);
+    EXPECT_EQ(ddp::get_world_size(mine), 2);
+    EXPECT_EQ(ddp::get_rank(mine), rank / 2);
+    auto t = torch::full({2}, rank * 1.0);
+    ddp::all_reduce(t, ddp::ReduceOp::SUM, mine);
+    EXPECT_EQ(t[0].item<float>(), rank % 2 ? 4.0f : 2.0f);
+    auto b = torch::full({1}, rank * 1.0);
+    ddp::broadcast(b, /*src=*/rank % 2 ? 3 : 2, mine);  // global ranks
+    EXPECT_EQ(b[0].item<float>(), rank % 2 ? 3.0f : 2.0f);
+    auto parts = ddp::all_gather(torch::full({1}, rank * 1.0), mine);
+    EXPECT_EQ(parts[1][0].item<float>(), rank % 2 ? 3.0f : 2.0f);
+    // A non-member calling a collective of the group, and a src outside it, are errors.
+    EXPECT_THROW(ddp::all_reduce(t, ddp::ReduceOp::SUM, other), ddp::DistributedError);
+    EXPECT_THROW(ddp::broadcast(b, rank % 2 ? 0 : 1, mine), ddp::DistributedError);
+    ddp::destroy_process_group();
+    EXPECT_THROW(mine.size(), ddp::DistributedError);
+  });
+}
+
+TEST(NewGroup, DuplicateAndOutOfRangeRanksAreErrors) {
+  run_ranks_ok(2, [](int) {
+    ddp::init_process_group();
+    try {
+      ddp::new_group({0, 0});
+      ADD_FAILURE();
+    } catch (const ddp::DistributedError& e) {
+      EXPECT_NE(std::string(e.what()).find("given twice"), std::string::npos) << e.what();
+    }
+    try {
+      ddp::new_group({0, 2});
+      ADD_FAILURE();
+    } catch (const ddp::DistributedError& e) {
+      EXPECT_NE(std::string(e.what()).find("outside [0, 2)"), std::string::npos) << e.what();
+    }
+    auto whole = ddp::new_group({1, 0});  // still usable after the errors
+    auto t = torch::ones({1});
+    ddp::all_reduce(t, ddp::ReduceOp::SUM, whole);
+    EXPECT_EQ(t[0].item<float>(), 2.0f);
+    ddp::destroy_process_group();
+  });
+}
