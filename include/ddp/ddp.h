@@ -2,6 +2,8 @@
 #pragma once
 
 #include "ddp/collectives.h"
+#include "ddp/comm_hooks.h"
+#include "ddp/distributed_data_parallel.h"
 #include "ddp/errors.h"
 #include "ddp/init.h"
 #include "ddp/process_group.h"

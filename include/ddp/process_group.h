@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,9 @@ class Work {
   bool is_completed() const;
   /// True when it has finished successfully.
   bool is_success() const;
+  /// A Work that completes when this one has and `continuation` has run (once, on the thread that
+  /// first waits). A failure of this Work skips the continuation and is rethrown by wait().
+  Work then(std::function<void()> continuation) const;
 
   explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
   const std::shared_ptr<detail::WorkState>& state() const { return state_; }

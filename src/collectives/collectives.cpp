@@ -6,6 +6,7 @@
 #include "collectives/collective_call.h"
 #include "collectives/reduce_op.h"
 #include "common/error_context.h"
+#include "collectives/unverified.h"
 #include "process_group/work_state.h"
 
 namespace ddp {
@@ -25,8 +26,8 @@ c10::intrusive_ptr<c10d::Work> launch(CollectiveCall& call, Launch&& body) {
 
 Work make_work(CollectiveCall& call, c10::intrusive_ptr<c10d::Work> work,
                std::function<void()> on_success) {
-  return Work(std::make_shared<detail::WorkState>(std::move(work), detail::context(call.operation()),
-                                                  std::move(on_success)));
+  return Work(
+      std::make_shared<detail::WorkState>(std::move(work), call.operation(), std::move(on_success)));
 }
 
 void wait_now(CollectiveCall& call, const c10::intrusive_ptr<c10d::Work>& work) {
@@ -39,11 +40,13 @@ void wait_now(CollectiveCall& call, const c10::intrusive_ptr<c10d::Work>& work) 
 
 }  // namespace
 
-Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group) {
+namespace detail {
+
+Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group, bool verify) {
   CollectiveCall call("all_reduce", group);
   at::Tensor staged = call.stage(tensor);
   auto reduce = detail::backend_reduce(op, tensor, call);
-  call.verify_matching_call(staged, -1, static_cast<int>(op));
+  if (verify) call.verify_matching_call(staged, -1, static_cast<int>(op));
   const int64_t size = call.group().size();
   std::vector<at::Tensor> tensors{staged};
   c10d::AllreduceOptions options;
@@ -57,21 +60,31 @@ Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group
   });
 }
 
-void all_reduce(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group) {
-  all_reduce_async(tensor, op, group).wait();
-}
-
-Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group) {
+Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group, bool verify) {
   CollectiveCall call("broadcast", group);
   c10d::BroadcastOptions options;
   options.rootRank = call.group_rank_of(src, "src");
   at::Tensor staged = call.stage(tensor);
-  call.verify_matching_call(staged, src);
+  if (verify) call.verify_matching_call(staged, src);
   std::vector<at::Tensor> tensors{staged};
   auto work = launch(call, [&] { return call.backend().broadcast(tensors, options); });
   at::Tensor target = tensor;
   return make_work(call, work,
                    [target, staged]() mutable { CollectiveCall::unstage(target, staged); });
+}
+
+}  // namespace detail
+
+Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group) {
+  return detail::all_reduce_async(tensor, op, group, /*verify=*/true);
+}
+
+void all_reduce(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group) {
+  all_reduce_async(tensor, op, group).wait();
+}
+
+Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group) {
+  return detail::broadcast_async(tensor, src, group, /*verify=*/true);
 }
 
 void broadcast(at::Tensor& tensor, int src, const ProcessGroup& group) {

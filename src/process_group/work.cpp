@@ -10,7 +10,11 @@ void WorkState::wait() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!finished_) {
     try {
-      work->wait();
+      if (parent) {
+        parent->wait();
+      } else {
+        work->wait();
+      }
       if (on_success) on_success();
     } catch (const std::exception& error) {
       try {
@@ -25,13 +29,13 @@ void WorkState::wait() {
   if (error_) std::rethrow_exception(error_);
 }
 
-bool WorkState::is_completed() { return work->isCompleted(); }
+bool WorkState::is_completed() { return parent ? parent->is_completed() : work->isCompleted(); }
 
 bool WorkState::is_success() {
-  if (!work->isCompleted()) return false;
+  if (!is_completed()) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   if (finished_) return !error_;
-  return work->isSuccess();
+  return parent ? parent->is_success() : work->isSuccess();
 }
 
 }  // namespace detail
@@ -44,5 +48,10 @@ void Work::wait() {
 bool Work::is_completed() const { return state_ && state_->is_completed(); }
 
 bool Work::is_success() const { return state_ && state_->is_success(); }
+
+Work Work::then(std::function<void()> continuation) const {
+  if (!state_) throw DistributedError("ddp::Work::then: this Work handle refers to no operation");
+  return Work(std::make_shared<detail::WorkState>(state_, std::move(continuation)));
+}
 
 }  // namespace ddp

@@ -1,0 +1,201 @@
+// DistributedDataParallel: the C++ counterpart of torch.nn.parallel.DistributedDataParallel.
+//
+// Wraps a module so that backward averages the gradients over the ranks of a group, in buckets
+// that are all-reduced while backward is still computing the remaining gradients. Construction is
+// collective: every rank must wrap the same model (checked: an error names the first parameter that
+// differs), and rank 0's parameters and buffers are broadcast to the others. See DESIGN.md and the
+// reference notes for the semantics, which follow PyTorch 1.13.
+//
+//   auto net = std::make_shared<Net>();
+//   ddp::DistributedDataParallel model(net, ddp::DDPOptions().bucket_cap_mb(25));
+//   auto loss = torch::nll_loss(model(x), y);
+//   loss.backward();                    // gradients are averaged over the ranks here
+//   optimizer.step();
+//
+// Thread-safety: one training loop per DistributedDataParallel; forward and backward of one
+// instance must not run concurrently. The reducer's hooks run on the autograd thread.
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ddp/comm_hooks.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+
+/// Options of DistributedDataParallel, with PyTorch's defaults.
+struct DDPOptions {
+  /// Upper size of a gradient bucket, in MiB (cap in bytes = int(mb * 1024 * 1024)). Default: 25.
+  TORCH_ARG(double, bucket_cap_mb) = 25.0;
+  /// Size of the first bucket, reduced first: small, so that communication starts early in
+  /// backward (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES); never more than bucket_cap_mb.
+  /// Default: 1.
+  TORCH_ARG(double, first_bucket_cap_mb) = 1.0;
+  /// Broadcast rank 0's buffers (batch-norm statistics...) before each forward. Default: true.
+  TORCH_ARG(bool, broadcast_buffers) = true;
+  /// Walk the autograd graph after each forward and treat parameters it does not reach as ready,
+  /// so that a model whose forward skips some parameters does not fail. Default: false.
+  TORCH_ARG(bool, find_unused_parameters) = false;
+  /// Make each .grad a view into its bucket: no copy between the two, less memory. Default: false.
+  TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  /// The set of used parameters never changes: find it once, in the first iteration. Default: false.
+  TORCH_ARG(bool, static_graph) = false;
+  /// The group to average over. Default: the world.
+  TORCH_ARG(ProcessGroup, process_group) = ProcessGroup();
+};
+
+namespace detail {
+
+class Reducer;
+
+// The part of DDP that does not depend on the module's type (in src/ddp/).
+class DDPCore {
+ public:
+  DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options);
+  ~DDPCore();
+  void before_forward();
+  void after_forward(const std::vector<at::Tensor>& outputs);
+  void set_require_sync(bool sync) { require_sync_ = sync; }
+  bool require_sync() const { return require_sync_; }
+  void register_comm_hook(CommHook hook);
+  const DDPOptions& options() const { return options_; }
+
+ private:
+  void broadcast_buffers();
+
+  std::shared_ptr<torch::nn::Module> module_;
+  DDPOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+  bool require_sync_ = true;
+};
+
+// Finds every tensor in a forward's result: tensors, and vectors, tuples, pairs and maps of them.
+// Every overload is declared before any is defined, so that nested containers find each other.
+inline void collect_tensors(const at::Tensor& value, std::vector<at::Tensor>& out);
+template <typename T>
+void collect_tensors(const std::vector<T>& values, std::vector<at::Tensor>& out);
+template <typename A, typename B>
+void collect_tensors(const std::pair<A, B>& value, std::vector<at::Tensor>& out);
+template <typename... Ts>
+void collect_tensors(const std::tuple<Ts...>& value, std::vector<at::Tensor>& out);
+template <typename K, typename V>
+void collect_tensors(const std::map<K, V>& values, std::vector<at::Tensor>& out);
+template <typename K, typename V>
+void collect_tensors(const std::unordered_map<K, V>& values, std::vector<at::Tensor>& out);
+template <typename T>
+void collect_tensors(const T&, std::vector<at::Tensor>&) {}  // anything else holds no tensor
+
+inline void collect_tensors(const at::Tensor& value, std::vector<at::Tensor>& out) {
+  if (value.defined()) out.push_back(value);
+}
+template <typename T>
+void collect_tensors(const std::vector<T>& values, std::vector<at::Tensor>& out) {
+  for (const auto& value : values) collect_tensors(value, out);
+}
+template <typename A, typename B>
+void collect_tensors(const std::pair<A, B>& value, std::vector<at::Tensor>& out) {
+  collect_tensors(value.first, out);
+  collect_tensors(value.second, out);
+}
+template <typename... Ts>
+void collect_tensors(const std::tuple<Ts...>& value, std::vector<at::Tensor>& out) {
+  std::apply([&](const auto&... items) { (collect_tensors(items, out), ...); }, value);
+}
+template <typename K, typename V>
+void collect_tensors(const std::map<K, V>& values, std::vector<at::Tensor>& out) {
+  for (const auto& item : values) collect_tensors(item.second, out);
+}
+template <typename K, typename V>
+void collect_tensors(const std::unordered_map<K, V>& values, std::vector<at::Tensor>& out) {
+  for (const auto& item : values) collect_tensors(item.second, out);
+}
+
+template <typename T>
+std::shared_ptr<torch::nn::Module> as_module_pointer(const torch::nn::ModuleHolder<T>& holder) {
+  return holder.ptr();
+}
+template <typename T>
+std::shared_ptr<torch::nn::Module> as_module_pointer(const std::shared_ptr<T>& pointer) {
+  return pointer;
+}
+
+}  // namespace detail
+
+/// RAII guard of DistributedDataParallel::no_sync(): while it lives, backward accumulates into
+/// .grad locally, without communication.
+class NoSyncGuard {
+ public:
+  explicit NoSyncGuard(detail::DDPCore& core) : core_(&core), previous_(core.require_sync()) {
+    core.set_require_sync(false);
+  }
+  NoSyncGuard(NoSyncGuard&& other) noexcept : core_(other.core_), previous_(other.previous_) {
+    other.core_ = nullptr;
+  }
+  NoSyncGuard(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+  ~NoSyncGuard() {
+    if (core_) core_->set_require_sync(previous_);
+  }
+
+ private:
+  detail::DDPCore* core_;
+  bool previous_;
+};
+
+/// `ModulePointer` is a module holder (torch::nn::Sequential, a TORCH_MODULE type) or a
+/// std::shared_ptr to a module; class template argument deduction picks it from the argument.
+template <typename ModulePointer>
+class DistributedDataParallel {
+ public:
+  explicit DistributedDataParallel(ModulePointer module, DDPOptions options = DDPOptions())
+      : module_(std::move(module)),
+        core_(std::make_unique<detail::DDPCore>(detail::as_module_pointer(module_),
+                                                std::move(options))) {}
+
+  /// Calls the wrapped module's forward with the same arguments, around DDP's bookkeeping.
+  template <typename... Args>
+  auto forward(Args&&... args) {
+    core_->before_forward();
+    auto output = module_->forward(std::forward<Args>(args)...);
+    std::vector<at::Tensor> tensors;
+    detail::collect_tensors(output, tensors);
+    core_->after_forward(tensors);
+    return output;
+  }
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    return forward(std::forward<Args>(args)...);
+  }
+
+  /// The wrapped module, as given.
+  ModulePointer& module() { return module_; }
+  const ModulePointer& module() const { return module_; }
+  /// Shorthand for module()->... , e.g. model->parameters().
+  auto operator->() { return module_.operator->(); }
+
+  /// While the returned guard lives, backward accumulates gradients locally; the first backward
+  /// after it all-reduces the accumulated gradients.
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*core_); }
+
+  /// REQUIRES: called once, before the first backward.
+  void register_comm_hook(CommHook hook) { core_->register_comm_hook(std::move(hook)); }
+
+  const DDPOptions& options() const { return core_->options(); }
+
+ private:
+  ModulePointer module_;
+  std::unique_ptr<detail::DDPCore> core_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,111 @@
+// DDPCore: the module-type-independent part of DistributedDataParallel.
+#include "ddp/distributed_data_parallel.h"
+
+#include <ATen/ATen.h>
+
+#include <unordered_set>
+
+#include "common/error_context.h"
+#include "ddp/model_verification.h"
+#include "reducer/reducer.h"
+
+namespace ddp::detail {
+namespace {
+
+constexpr const char* kOperation = "DistributedDataParallel";
+
+// Parameters that require grad, shared ones once (by identity), in registration order.
+NamedTensors trainable_parameters(torch::nn::Module& module) {
+  NamedTensors result;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const at::Tensor& p = item.value();
+    if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    result.names.push_back(item.key());
+    result.tensors.push_back(p);
+  }
+  return result;
+}
+
+NamedTensors module_buffers(torch::nn::Module& module) {
+  NamedTensors result;
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    if (!item.value().defined()) continue;
+    result.names.push_back(item.key());
+    result.tensors.push_back(item.value());
+  }
+  return result;
+}
+
+size_t megabytes_to_bytes(double mb, const char* option) {
+  if (!(mb > 0)) {
+    fail(kOperation, std::string(option) + " must be positive, got " + std::to_string(mb));
+  }
+  return static_cast<size_t>(mb * 1024 * 1024);
+}
+
+}  // namespace
+
+DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
+    : module_(std::move(module)), options_(std::move(options)) {
+  if (!module_) fail(kOperation, "the module is null");
+  const ProcessGroup& group = options_.process_group();
+  if (!group.is_member()) {
+    fail(kOperation, "this rank is not a member of the process group given in DDPOptions");
+  }
+  NamedTensors parameters = trainable_parameters(*module_);
+  if (parameters.tensors.empty()) {
+    fail(kOperation,
+         "DistributedDataParallel is not needed when a module doesn't have any parameter that "
+         "requires a gradient");
+  }
+  for (size_t i = 0; i < parameters.tensors.size(); ++i) {
+    if (parameters.tensors[i].device() != parameters.tensors[0].device()) {
+      fail(kOperation, "all parameters must be on one device, but '" + parameters.names[i] +
+                           "' is on " + parameters.tensors[i].device().str() + " and '" +
+                           parameters.names[0] + "' on " + parameters.tensors[0].device().str());
+    }
+  }
+  NamedTensors buffers = module_buffers(*module_);
+  verify_model_across_ranks(parameters, buffers, group);
+  std::vector<at::Tensor> state = parameters.tensors;
+  state.insert(state.end(), buffers.tensors.begin(), buffers.tensors.end());
+  if (group.size() > 1) broadcast_coalesced(state, group);
+
+  ReducerOptions reducer_options;
+  reducer_options.bucket_cap_bytes = megabytes_to_bytes(options_.bucket_cap_mb(), "bucket_cap_mb");
+  // The first bucket is the small one: never larger than the cap of the others.
+  reducer_options.first_bucket_cap_bytes =
+      std::min(megabytes_to_bytes(options_.first_bucket_cap_mb(), "first_bucket_cap_mb"),
+               reducer_options.bucket_cap_bytes);
+  reducer_options.find_unused_parameters = options_.find_unused_parameters();
+  reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view();
+  reducer_options.static_graph = options_.static_graph();
+  reducer_ = std::make_unique<Reducer>(std::move(parameters.tensors), std::move(parameters.names),
+                                       group, reducer_options);
+}
+
+DDPCore::~DDPCore() = default;
+
+void DDPCore::broadcast_buffers() {
+  NamedTensors buffers = module_buffers(*module_);  // re-read: a module may replace its buffers
+  if (!buffers.tensors.empty()) broadcast_coalesced(buffers.tensors, options_.process_group());
+}
+
+void DDPCore::before_forward() {
+  if (!require_sync_) return;
+  if (at::GradMode::is_enabled()) reducer_->prepare_for_forward();
+  if (options_.broadcast_buffers() && options_.process_group().size() > 1) broadcast_buffers();
+}
+
+void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
+  if (require_sync_ && at::GradMode::is_enabled()) {
+    reducer_->prepare_for_backward(outputs);
+  } else {
+    reducer_->disarm();
+  }
+}
+
+void DDPCore::register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+
+}  // namespace ddp::detail

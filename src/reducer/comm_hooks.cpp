@@ -1,0 +1,44 @@
+// The built-in comm hooks of include/ddp/comm_hooks.h.
+#include "ddp/comm_hooks.h"
+
+#include <ATen/ATen.h>
+
+#include "collectives/unverified.h"
+#include "ddp/collectives.h"
+
+namespace ddp::comm_hooks {
+
+CommHook allreduce() {
+  return [](const ProcessGroup& group, GradBucket& bucket) {
+    at::Tensor buffer = bucket.buffer();
+    const int size = group.size();
+    return detail::all_reduce_async(buffer, ReduceOp::SUM, group, /*verify=*/false)
+        .then([buffer, size]() mutable { buffer.div_(size); });
+  };
+}
+
+CommHook fp16_compress() {
+  return [](const ProcessGroup& group, GradBucket& bucket) {
+    at::Tensor buffer = bucket.buffer();
+    // Divide before the cast: the sum of n halves overflows float16 far sooner than their mean.
+    at::Tensor compressed = (buffer / group.size()).to(at::kHalf);
+    return detail::all_reduce_async(compressed, ReduceOp::SUM, group, /*verify=*/false)
+        .then([buffer, compressed]() mutable { buffer.copy_(compressed); });
+  };
+}
+
+CommHook bf16_compress() {
+  return [](const ProcessGroup& group, GradBucket& bucket) {
+    at::Tensor buffer = bucket.buffer();
+    // Gloo has no bfloat16 (nor int16) support: move the raw bytes, add them up here in float32.
+    at::Tensor compressed = (buffer / group.size()).to(at::kBFloat16).view(at::kByte);
+    auto gathered = std::make_shared<std::vector<at::Tensor>>();
+    return all_gather_async(compressed, *gathered, group).then([buffer, gathered]() mutable {
+      at::Tensor sum = at::zeros(buffer.sizes(), buffer.options().dtype(at::kFloat));
+      for (const auto& part : *gathered) sum.add_(part.view(at::kBFloat16).to(at::kFloat));
+      buffer.copy_(sum.to(at::kBFloat16));
+    });
+  };
+}
+
+}  // namespace ddp::comm_hooks

@@ -1,0 +1,337 @@
+#include "reducer/reducer.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <unordered_set>
+
+#include "collectives/unverified.h"
+#include "common/error_context.h"
+#include "reducer/bucket_assignment.h"
+
+namespace ddp::detail {
+namespace {
+
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradReadyHook(std::function<void()> on_ready) : on_ready_(std::move(on_ready)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    on_ready_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> on_ready_;
+};
+
+std::vector<int64_t> strides_of_contiguous(at::IntArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= std::max<int64_t>(sizes[i], 1);
+  }
+  return strides;
+}
+
+std::vector<TensorSpec> specs_of(const std::vector<at::Tensor>& parameters) {
+  std::vector<TensorSpec> specs;
+  for (const auto& p : parameters) {
+    specs.push_back({p.scalar_type(), p.device(), static_cast<size_t>(p.numel() * p.element_size())});
+  }
+  return specs;
+}
+
+}  // namespace
+
+Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names,
+                 ProcessGroup group, ReducerOptions options)
+    : parameters_(std::move(parameters)),
+      names_(std::move(names)),
+      group_(std::move(group)),
+      options_(options),
+      world_size_(group_.size()) {
+  // Gradients become ready roughly in reverse registration order: start from that order, with a
+  // small first bucket, until the first iteration tells the real order.
+  std::vector<size_t> order;
+  for (size_t i = parameters_.size(); i-- > 0;) order.push_back(i);
+  initialize_buckets(assign_buckets(specs_of(parameters_), order,
+                                    {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
+  local_used_ = at::zeros({static_cast<int64_t>(parameters_.size())}, at::kInt);
+  install_hooks();
+  reset_iteration();
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < grad_accumulators_.size(); ++i) {
+    grad_accumulators_[i]->del_post_hook(hook_keys_[i]);
+  }
+}
+
+void Reducer::install_hooks() {
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
+    hook_keys_.push_back(accumulator->add_post_hook(
+        std::make_unique<GradReadyHook>([this, i] { autograd_hook(i); })));
+    grad_accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void Reducer::initialize_buckets(const std::vector<std::vector<size_t>>& assignment) {
+  at::NoGradGuard no_grad;
+  buckets_.clear();
+  slots_.assign(parameters_.size(), Slot{});
+  for (const auto& indices : assignment) {
+    Bucket bucket;
+    bucket.parameters = indices;
+    int64_t total = 0;
+    for (size_t index : indices) total += parameters_[index].numel();
+    bucket.buffer = at::zeros({total}, parameters_[indices[0]].options());
+    int64_t offset = 0;
+    for (size_t position = 0; position < indices.size(); ++position) {
+      const at::Tensor& parameter = parameters_[indices[position]];
+      // A plain alias of the buffer's storage rather than an autograd view: libtorch's
+      // Optimizer::zero_grad calls detach_() on each .grad, which views do not allow.
+      at::Tensor view = at::empty({0}, parameter.options());
+      view.set_(bucket.buffer.storage(), offset, parameter.sizes(),
+                strides_of_contiguous(parameter.sizes()));
+      bucket.views.push_back(view);
+      offset += parameter.numel();
+      slots_[indices[position]] = {buckets_.size(), position};
+      if (options_.gradient_as_bucket_view && parameter.grad().defined()) {
+        bucket.views.back().copy_(parameter.grad());
+        parameters_[indices[position]].mutable_grad() = bucket.views.back();
+      }
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+}
+
+void Reducer::rebuild_buckets() {
+  // Every rank must use the same buckets: rank 0's observed order decides.
+  auto order = at::empty({static_cast<int64_t>(parameters_.size())}, at::kLong);
+  for (size_t i = 0; i < ready_order_.size(); ++i) {
+    order[static_cast<int64_t>(i)] = static_cast<int64_t>(ready_order_[i]);
+  }
+  broadcast_async(order, group_.ranks()[0], group_, /*verify=*/false).wait();
+  std::vector<size_t> rank0_order;
+  for (int64_t i = 0; i < order.numel(); ++i) {
+    rank0_order.push_back(static_cast<size_t>(order[i].item<int64_t>()));
+  }
+  initialize_buckets(assign_buckets(specs_of(parameters_), rank0_order,
+                                    {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
+  has_rebuilt_ = true;
+}
+
+void Reducer::reset_iteration() {
+  armed_ = false;
+  hooks_fired_ = false;
+  finalized_ = false;
+  ready_.assign(parameters_.size(), false);
+  next_bucket_ = 0;
+  for (auto& bucket : buckets_) {
+    bucket.pending = bucket.parameters.size();
+    bucket.work = Work();
+  }
+}
+
+std::string Reducer::parameter_list(const std::vector<size_t>& indices) const {
+  std::string text;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (i == 8) {
+      text += ", ... (" + std::to_string(indices.size()) + " in all)";
+      break;
+    }
+    if (i) text += ", ";
+    text += "'" + names_[indices[i]] + "' (index " + std::to_string(indices[i]) + ")";
+  }
+  return text;
+}
+
+void Reducer::prepare_for_forward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (armed_ && hooks_fired_ && !finalized_) {
+    std::vector<size_t> missing;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (!ready_[i]) missing.push_back(i);
+    }
+    fail("DistributedDataParallel.forward",
+         "expected to have finished reduction in the prior iteration before starting a new one. "
+         "These parameters received no gradient in the previous backward: " +
+             parameter_list(missing) +
+             ". Either the forward did not use them, or not all forward outputs were used in the "
+             "loss. Construct DDP with DDPOptions().find_unused_parameters(true), or make every "
+             "output take part in the loss.");
+  }
+  if (finalized_ && !has_rebuilt_ && ready_order_.size() == parameters_.size() &&
+      (options_.static_graph || !options_.find_unused_parameters)) {
+    rebuild_buckets();
+  }
+  ready_order_.clear();  // recorded again until a complete iteration allows the rebuild
+  reset_iteration();
+}
+
+void Reducer::disarm() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = false;
+}
+
+std::vector<size_t> Reducer::find_unused(const std::vector<at::Tensor>& outputs) const {
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<const torch::autograd::Node*> stack;
+  for (const auto& output : outputs) {
+    const auto& grad_fn = output.grad_fn();
+    if (grad_fn && seen.insert(grad_fn.get()).second) stack.push_back(grad_fn.get());
+    if (!grad_fn && output.requires_grad()) {  // an output that is itself a parameter
+      auto accumulator = torch::autograd::impl::try_get_grad_accumulator(output);
+      if (accumulator) seen.insert(accumulator.get());
+    }
+  }
+  while (!stack.empty()) {
+    const torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    for (const auto& edge : node->next_edges()) {
+      const auto* next = edge.function.get();
+      if (next && seen.insert(next).second) stack.push_back(next);
+    }
+  }
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!seen.count(grad_accumulators_[i].get())) unused.push_back(i);
+  }
+  return unused;
+}
+
+void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = true;
+  if (!options_.find_unused_parameters) return;
+  if (!options_.static_graph || !static_unused_known_) {
+    unused_ = find_unused(outputs);
+    static_unused_known_ = options_.static_graph;
+  }
+}
+
+void Reducer::register_comm_hook(CommHook hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (comm_hook_) {
+    fail("DistributedDataParallel.register_comm_hook",
+         "a comm hook is already registered; register_comm_hook can only be called once");
+  }
+  if (any_backward_) {
+    fail("DistributedDataParallel.register_comm_hook",
+         "register_comm_hook must be called before the first backward");
+  }
+  if (!hook) fail("DistributedDataParallel.register_comm_hook", "the hook is empty");
+  comm_hook_ = std::move(hook);
+}
+
+std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
+  std::vector<std::vector<size_t>> indices;
+  for (const auto& bucket : buckets_) indices.push_back(bucket.parameters);
+  return indices;
+}
+
+void Reducer::autograd_hook(size_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (options_.find_unused_parameters && parameters_[index].grad().defined()) {
+    local_used_.data_ptr<int32_t>()[index] = 1;  // accumulates over no_sync iterations too
+  }
+  if (!armed_) return;  // no_sync, or a backward DDP did not prepare: plain accumulation
+  any_backward_ = true;
+  if (!hooks_fired_) {
+    hooks_fired_ = true;
+    for (size_t unused : unused_) mark_ready(unused);
+  }
+  if (!has_rebuilt_ && ready_order_.size() < parameters_.size()) ready_order_.push_back(index);
+  mark_ready(index);
+}
+
+void Reducer::mark_ready(size_t index) {
+  if (ready_[index]) {
+    fail("DistributedDataParallel backward",
+         "expected to mark a variable ready only once, but parameter " +
+             parameter_list({index}) +
+             " has been marked as ready twice in this iteration. Either it is used in several "
+             "forward passes before one backward, the same layer is checkpointed or re-entered "
+             "twice, or (with find_unused_parameters) a parameter thought unused received a "
+             "gradient. Use DDPOptions().static_graph(true) if the graph is the same every "
+             "iteration, or find_unused_parameters(false).");
+  }
+  ready_[index] = true;
+  copy_gradient_to_bucket(index);
+  Bucket& bucket = buckets_[slots_[index].bucket];
+  if (--bucket.pending == 0) launch_ready_buckets();
+}
+
+void Reducer::copy_gradient_to_bucket(size_t index) {
+  at::NoGradGuard no_grad;
+  at::Tensor& grad = parameters_[index].mutable_grad();
+  at::Tensor& view = buckets_[slots_[index].bucket].views[slots_[index].position];
+  // Without a hook, dividing while copying saves a pass over the bucket; a hook averages itself.
+  const bool divide = !comm_hook_;
+  if (!grad.defined()) {
+    view.zero_();
+  } else if (options_.gradient_as_bucket_view && grad.is_alias_of(view)) {
+    if (divide) view.div_(world_size_);
+  } else {
+    if (divide) {
+      at::div_out(view, grad, world_size_);
+    } else {
+      view.copy_(grad);
+    }
+    if (options_.gradient_as_bucket_view) grad = view;
+  }
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& bucket = buckets_[next_bucket_];
+    if (comm_hook_) {
+      std::vector<at::Tensor> members;
+      for (size_t index : bucket.parameters) members.push_back(parameters_[index]);
+      GradBucket grad_bucket(next_bucket_, buckets_.size(), bucket.buffer, std::move(members));
+      bucket.work = comm_hook_(group_, grad_bucket);
+    } else {
+      bucket.work = all_reduce_async(bucket.buffer, ReduceOp::SUM, group_, /*verify=*/false);
+    }
+    ++next_bucket_;
+  }
+  if (next_bucket_ < buckets_.size()) return;
+  if (options_.find_unused_parameters) {
+    global_used_ = local_used_.clone();
+    used_work_ = all_reduce_async(global_used_, ReduceOp::SUM, group_, /*verify=*/false);
+  }
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+}
+
+void Reducer::finalize_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  at::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) bucket.work.wait();
+  const int32_t* used = nullptr;
+  if (options_.find_unused_parameters) {
+    used_work_.wait();
+    used = global_used_.data_ptr<int32_t>();
+  }
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (used && used[i] == 0) continue;  // unused on every rank: .grad stays as it was
+    at::Tensor& view = buckets_[slots_[i].bucket].views[slots_[i].position];
+    at::Tensor& grad = parameters_[i].mutable_grad();
+    if (options_.gradient_as_bucket_view) {
+      if (!grad.defined() || !grad.is_alias_of(view)) grad = view;
+    } else if (grad.defined()) {
+      grad.copy_(view);
+    } else {
+      grad = view.clone();
+    }
+  }
+  if (options_.find_unused_parameters) local_used_.zero_();
+  finalized_ = true;
+  armed_ = false;
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,114 @@
+// Reducer: averages gradients over a group in buckets, overlapped with backward.
+//
+// A post hook on each parameter's gradient accumulator marks the parameter ready once its
+// gradient is accumulated; its gradient is copied (pre-divided by the group size, unless a comm
+// hook is set) into its slot of the bucket's flat buffer. When every parameter of a bucket is
+// ready, the bucket's reduction starts asynchronously through the comm hook, strictly in bucket
+// order, so that every rank issues the same collectives in the same order whatever order its
+// gradients arrive in. The last launch queues finalize_backward on the autograd engine, which runs
+// once backward is over: it waits for every bucket and writes the averaged gradients to .grad.
+// After the first iteration the buckets are rebuilt once, in the order gradients actually became
+// ready (rank 0's order, broadcast), so that the first bucket fills first.
+//
+// Thread-safety: the hooks run on the autograd thread; prepare_* run on the training thread,
+// never concurrently with a backward of the same model. A mutex guards the per-iteration state.
+#pragma once
+
+#include <torch/csrc/autograd/function.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ddp/comm_hooks.h"
+#include "ddp/process_group.h"
+
+namespace ddp::detail {
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = 25u << 20;
+  size_t first_bucket_cap_bytes = 1u << 20;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+  bool static_graph = false;
+};
+
+class Reducer {
+ public:
+  Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names, ProcessGroup group,
+          ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  /// Before a forward that will be followed by a synchronized backward: fails if the previous
+  /// backward left reductions unfinished (parameters that got no gradient), rebuilds the buckets
+  /// after the first iteration.
+  void prepare_for_forward();
+  /// After such a forward: arms the hooks and, with find_unused_parameters, finds the parameters
+  /// that the outputs do not reach.
+  void prepare_for_backward(const std::vector<at::Tensor>& outputs);
+  /// After a forward without synchronization (no_sync, or grad disabled): hooks stay idle.
+  void disarm();
+
+  /// REQUIRES: no backward has run yet; called at most once.
+  void register_comm_hook(CommHook hook);
+
+  /// For tests and logging: the parameter indices of each bucket, in reduction order.
+  std::vector<std::vector<size_t>> bucket_indices() const;
+
+ private:
+  struct Bucket {
+    std::vector<size_t> parameters;  // indices into parameters_
+    at::Tensor buffer;               // flat gradients
+    std::vector<at::Tensor> views;   // one per parameter, shaped like it, into buffer
+    size_t pending = 0;
+    Work work;
+  };
+  struct Slot {
+    size_t bucket = 0;
+    size_t position = 0;
+  };
+
+  void install_hooks();
+  void initialize_buckets(const std::vector<std::vector<size_t>>& assignment);
+  void rebuild_buckets();
+  void reset_iteration();
+  std::vector<size_t> find_unused(const std::vector<at::Tensor>& outputs) const;
+  void autograd_hook(size_t index);
+  void mark_ready(size_t index);
+  void copy_gradient_to_bucket(size_t index);
+  void launch_ready_buckets();
+  void finalize_backward();
+  std::string parameter_list(const std::vector<size_t>& indices) const;
+
+  std::vector<at::Tensor> parameters_;
+  std::vector<std::string> names_;
+  ProcessGroup group_;
+  ReducerOptions options_;
+  int world_size_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+
+  std::vector<Bucket> buckets_;
+  std::vector<Slot> slots_;
+  CommHook comm_hook_;
+  bool any_backward_ = false;
+
+  // Per-iteration state, guarded by mutex_.
+  std::mutex mutex_;
+  bool armed_ = false;         // this backward must reduce
+  bool hooks_fired_ = false;   // a hook ran in this backward
+  bool finalized_ = false;     // finalize_backward ran for this backward
+  std::vector<bool> ready_;
+  size_t next_bucket_ = 0;
+  std::vector<size_t> unused_;         // locally unused this iteration (find_unused)
+  bool static_unused_known_ = false;   // static_graph: unused_ was found once, in iteration 1
+  at::Tensor local_used_;              // int32 per parameter: got a gradient (find_unused)
+  Work used_work_;
+  at::Tensor global_used_;
+  std::vector<size_t> ready_order_;    // first synchronized iteration's order, for the rebuild
+  bool has_rebuilt_ = false;
+};
+
+}  // namespace ddp::detail

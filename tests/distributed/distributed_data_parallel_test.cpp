@@ -1,0 +1,441 @@
+// DistributedDataParallel: equivalence with one process, no_sync, unused parameters, buffers,
+// model checks, comm hooks and the overlap of communication with backward.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "ddp/ddp.h"
+#include "support/multiprocess.h"
+
+using ddp::testing::run_ranks_ok;
+
+namespace {
+
+constexpr int kBatchPerRank = 8;
+constexpr int kSteps = 10;
+
+torch::nn::Sequential make_mlp() {
+  torch::manual_seed(0);
+  return torch::nn::Sequential(torch::nn::Linear(20, 64), torch::nn::ReLU(),
+                               torch::nn::Linear(64, 64), torch::nn::ReLU(),
+                               torch::nn::Linear(64, 5));
+}
+
+torch::nn::Sequential make_cnn() {
+  torch::manual_seed(0);
+  return torch::nn::Sequential(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)), torch::nn::ReLU(),
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3)), torch::nn::ReLU(),
+      torch::nn::Flatten(), torch::nn::Linear(8 * 6 * 6, 5));
+}
+
+// The whole batch of one step: world * kBatchPerRank samples, the same on every rank.
+std::pair<torch::Tensor, torch::Tensor> global_batch(bool images, int world, int step) {
+  torch::manual_seed(1000 + step);
+  auto x = images ? torch::randn({world * kBatchPerRank, 1, 10, 10})
+                  : torch::randn({world * kBatchPerRank, 20});
+  return {x, torch::randint(0, 5, {world * kBatchPerRank})};
+}
+
+torch::Tensor rank_slice(const torch::Tensor& t, int rank) {
+  return t.narrow(0, rank * kBatchPerRank, kBatchPerRank);
+}
+
+torch::Tensor flat_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : module.parameters()) flat.push_back(p.detach().reshape(-1));
+  return torch::cat(flat);
+}
+
+// N ranks with kBatchPerRank each against one process with the whole batch, SGD with momentum.
+void expect_equivalent_to_one_process(bool images, int world, int rank, ddp::DDPOptions options,
+                                      ddp::CommHook hook = nullptr, double tolerance = 2e-5) {
+  auto reference = images ? make_cnn() : make_mlp();
+  auto net = images ? make_cnn() : make_mlp();
+  ddp::DistributedDataParallel model(net, options);
+  if (hook) model.register_comm_hook(hook);
+  torch::optim::SGD reference_optimizer(reference->parameters(),
+                                        torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x, y] = global_batch(images, world, step);
+    reference_optimizer.zero_grad();
+    torch::nn::functional::cross_entropy(reference->forward(x), y).backward();
+    reference_optimizer.step();
+    optimizer.zero_grad();
+    torch::nn::functional::cross_entropy(model(rank_slice(x, rank)), rank_slice(y, rank))
+        .backward();
+    optimizer.step();
+  }
+  auto mine = flat_parameters(*net);
+  EXPECT_TRUE(torch::allclose(mine, flat_parameters(*reference), 0, tolerance))
+      << "max difference " << (mine - flat_parameters(*reference)).abs().max().item<double>();
+  // Replicas stay bit-identical: every rank applied the same averaged gradients.
+  auto all = ddp::all_gather(mine);
+  for (size_t r = 1; r < all.size(); ++r) EXPECT_TRUE(torch::equal(all[0], all[r]));
+}
+
+}  // namespace
+
+TEST(DistributedDataParallel, MlpOnTwoAndThreeRanksEqualsOneProcessWithTheWholeBatch) {
+  for (int world : {2, 3}) {
+    run_ranks_ok(world, [world](int rank) {
+      ddp::init_process_group();
+      // A 0.01 MiB cap splits the ~10 KiB-to-17 KiB layers into several buckets.
+      expect_equivalent_to_one_process(false, world, rank,
+                                       ddp::DDPOptions().bucket_cap_mb(0.01).first_bucket_cap_mb(0.005));
+      ddp::destroy_process_group();
+    });
+  }
+}
+
+TEST(DistributedDataParallel, CnnWithGradientAsBucketViewEqualsOneProcess) {
+  for (int world : {2, 3}) {
+    run_ranks_ok(world, [world](int rank) {
+      ddp::init_process_group();
+      expect_equivalent_to_one_process(
+          true, world, rank, ddp::DDPOptions().bucket_cap_mb(0.004).gradient_as_bucket_view(true));
+      expect_equivalent_to_one_process(true, world, rank, ddp::DDPOptions().bucket_cap_mb(0.004));
+      ddp::destroy_process_group();
+    });
+  }
+}
+
+TEST(DistributedDataParallel, GradientAsBucketViewMakesGradAViewOfTheBucket) {
+  run_ranks_ok(2, [](int) {
+    ddp::init_process_group();
+    auto net = make_mlp();
+    ddp::DistributedDataParallel model(net, ddp::DDPOptions().gradient_as_bucket_view(true));
+    for (int step = 0; step < 3; ++step) {
+      model(torch::randn({4, 20})).sum().backward();
+    }
+    // One bucket holds every gradient (the default 25 MiB cap): the grads share its storage.
+    auto params = net->parameters();
+    const auto* storage = params[0].grad().storage().data();
+    for (const auto& p : params) EXPECT_EQ(p.grad().storage().data(), storage);
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, NoSyncAccumulatesAndTheNextSyncAveragesTheWhole) {
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group();
+    auto reference = make_mlp();
+    auto net = make_mlp();
+    ddp::DistributedDataParallel model(net);
+    auto [x0, y0] = global_batch(false, 2, 0);
+    auto [x1, y1] = global_batch(false, 2, 1);
+    {
+      auto guard = model.no_sync();
+      torch::nn::functional::cross_entropy(model(rank_slice(x0, rank)), rank_slice(y0, rank))
+          .backward();
+    }
+    // Inside no_sync nothing was communicated: the gradient is this rank's own.
+    torch::nn::functional::cross_entropy(model(rank_slice(x1, rank)), rank_slice(y1, rank))
+        .backward();
+    torch::nn::functional::cross_entropy(reference->forward(x0), y0).backward();
+    torch::nn::functional::cross_entropy(reference->forward(x1), y1).backward();
+    auto params = net->parameters();
+    auto expected = reference->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(params[i].grad(), expected[i].grad(), 1e-5, 1e-6)) << i;
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+namespace {
+
+// A model whose forward uses `extra` only when asked.
+struct BranchyImpl : torch::nn::Module {
+  BranchyImpl() {
+    torch::manual_seed(0);
+    used = register_module("used", torch::nn::Linear(6, 3));
+    extra = register_module("extra", torch::nn::Linear(6, 3));
+  }
+  torch::Tensor forward(torch::Tensor x, bool use_extra) {
+    auto out = used->forward(x);
+    return use_extra ? out + extra->forward(x) : out;
+  }
+  torch::nn::Linear used{nullptr}, extra{nullptr};
+};
+TORCH_MODULE(Branchy);
+
+}  // namespace
+
+TEST(DistributedDataParallel, UnusedParametersOnEveryRankKeepTheirGradUntouched) {
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group();
+    Branchy net;
+    Branchy reference;
+    ddp::DistributedDataParallel model(net, ddp::DDPOptions().find_unused_parameters(true));
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(step);
+      auto x = torch::randn({4, 6});
+      net->zero_grad();
+      reference->zero_grad();
+      model(x.narrow(0, rank * 2, 2), false).mean().backward();
+      reference->forward(x, false).mean().backward();
+      EXPECT_FALSE(net->extra->weight.grad().defined());
+      EXPECT_TRUE(torch::allclose(net->used->weight.grad(), reference->used->weight.grad(), 1e-6,
+                                  1e-7));
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, ParameterUsedOnOneRankOnlyGetsTheAverage) {
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group();
+    Branchy net;
+    Branchy reference;
+    ddp::DistributedDataParallel model(net, ddp::DDPOptions().find_unused_parameters(true));
+    auto x = torch::ones({2, 6}) * (rank + 1);
+    model(x, /*use_extra=*/rank == 0).sum().backward();
+    // Rank 0's gradient of `extra` divided by 2 (rank 1 contributed zero).
+    reference->forward(torch::ones({2, 6}), true).sum().backward();
+    EXPECT_TRUE(torch::allclose(net->extra->weight.grad(), reference->extra->weight.grad() / 2));
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, UnusedParameterWithoutTheOptionErrorsAtTheNextForward) {
+  run_ranks_ok(2, [](int) {
+    ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(10)));
+    Branchy net;
+    ddp::DistributedDataParallel model(net);
+    auto x = torch::randn({2, 6});
+    model(x, false).sum().backward();
+    auto start = std::chrono::steady_clock::now();
+    try {
+      model(x, false);
+      ADD_FAILURE() << "expected an error";
+    } catch (const ddp::DistributedError& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find("expected to have finished reduction in the prior iteration"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("'extra.weight'"), std::string::npos) << what;
+      EXPECT_NE(what.find("find_unused_parameters(true)"), std::string::npos) << what;
+    }
+    EXPECT_LT(ddp::testing::elapsed_ms(start), 5000);
+    ddp::destroy_process_group();
+  });
+}
+
+namespace {
+
+// Keeps a tensor computed from `aux` outside its output: the graph walk cannot see it.
+struct SideOutputImpl : torch::nn::Module {
+  SideOutputImpl() {
+    main = register_module("main", torch::nn::Linear(4, 2));
+    aux = register_module("aux", torch::nn::Linear(4, 2));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    side = aux->forward(x);
+    return main->forward(x);
+  }
+  torch::nn::Linear main{nullptr}, aux{nullptr};
+  torch::Tensor side;
+};
+TORCH_MODULE(SideOutput);
+
+}  // namespace
+
+TEST(DistributedDataParallel, ParameterMarkedReadyTwiceIsAClearError) {
+  run_ranks_ok(2, [](int) {
+    ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(10)));
+    SideOutput net;
+    ddp::DistributedDataParallel model(net, ddp::DDPOptions().find_unused_parameters(true));
+    auto out = model(torch::randn({3, 4}));
+    try {
+      (out.sum() + net->side.sum()).backward();
+      ADD_FAILURE() << "expected an error";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("marked as ready twice"), std::string::npos)
+          << e.what();
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, BuffersEqualRankZerosAfterAForwardInEvalMode) {
+  run_ranks_ok(3, [](int rank) {
+    ddp::init_process_group();
+    torch::manual_seed(0);
+    torch::nn::Sequential net(torch::nn::Linear(4, 4), torch::nn::BatchNorm1d(4));
+    ddp::DistributedDataParallel model(net);
+    // Training steps on rank-specific data: each rank's running statistics drift apart...
+    model(torch::randn({8, 4}) * (rank + 1) + rank).sum().backward();
+    net->eval();
+    {
+      torch::NoGradGuard no_grad;
+      model(torch::randn({2, 4}));
+    }
+    // ...until the next forward broadcasts rank 0's.
+    for (const auto& buffer : net->buffers()) {
+      auto all = ddp::all_gather(buffer.to(torch::kDouble));
+      for (size_t r = 1; r < all.size(); ++r) EXPECT_TRUE(torch::equal(all[0], all[r]));
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, ModelThatDiffersOnOneRankErrorsAtConstruction) {
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(10)));
+    torch::nn::Sequential net(torch::nn::Linear(4, 8), torch::nn::Linear(8, rank == 0 ? 2 : 3));
+    try {
+      ddp::DistributedDataParallel model(net);
+      ADD_FAILURE() << "expected an error";
+    } catch (const ddp::DistributedError& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find("'1.weight' Float [2, 8]"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 1 has parameter '1.weight' Float [3, 8]"), std::string::npos)
+          << what;
+    }
+    torch::nn::Sequential shorter(torch::nn::Linear(4, 8));
+    if (rank == 1) shorter->push_back(torch::nn::Linear(8, 2));
+    EXPECT_THROW(ddp::DistributedDataParallel{shorter}, ddp::DistributedError);
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, ModuleWithoutTrainableParametersIsAnError) {
+  run_ranks_ok(1, [](int) {
+    ddp::init_process_group();
+    torch::nn::Sequential net(torch::nn::Linear(2, 2));
+    for (auto& p : net->parameters()) p.set_requires_grad(false);
+    try {
+      ddp::DistributedDataParallel model(net);
+      ADD_FAILURE();
+    } catch (const ddp::DistributedError& e) {
+      EXPECT_NE(std::string(e.what()).find("doesn't have any parameter that requires a gradient"),
+                std::string::npos);
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, SharedPointerModulesAndTupleOutputsWork) {
+  struct TwoHeadsImpl : torch::nn::Module {
+    TwoHeadsImpl() {
+      torch::manual_seed(0);
+      a = register_module("a", torch::nn::Linear(3, 2));
+      b = register_module("b", torch::nn::Linear(3, 2));
+    }
+    std::tuple<torch::Tensor, std::vector<torch::Tensor>> forward(torch::Tensor x) {
+      return {a->forward(x), {b->forward(x)}};
+    }
+    torch::nn::Linear a{nullptr}, b{nullptr};
+  };
+  run_ranks_ok(2, [](int) {
+    ddp::init_process_group();
+    auto net = std::make_shared<TwoHeadsImpl>();
+    ddp::DistributedDataParallel model(net, ddp::DDPOptions().find_unused_parameters(true));
+    auto [first, rest] = model(torch::ones({2, 3}));
+    (first.sum() + rest[0].sum()).backward();
+    EXPECT_TRUE(net->a->weight.grad().defined());
+    EXPECT_TRUE(net->b->weight.grad().defined());  // found through the vector in the tuple
+    EXPECT_EQ(model.module().get(), net.get());
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, CompressionHooksTrainWithinTolerance) {
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group();
+    auto options = ddp::DDPOptions().bucket_cap_mb(0.01);
+    expect_equivalent_to_one_process(false, 2, rank, options, ddp::comm_hooks::allreduce(), 2e-5);
+    expect_equivalent_to_one_process(false, 2, rank, options, ddp::comm_hooks::fp16_compress(),
+                                     5e-3);
+    expect_equivalent_to_one_process(false, 2, rank, options, ddp::comm_hooks::bf16_compress(),
+                                     3e-2);
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, RegisterCommHookTwiceOrAfterBackwardIsAnError) {
+  run_ranks_ok(1, [](int) {
+    ddp::init_process_group();
+    auto net = make_mlp();
+    ddp::DistributedDataParallel model(net);
+    model.register_comm_hook(ddp::comm_hooks::allreduce());
+    EXPECT_THROW(model.register_comm_hook(ddp::comm_hooks::allreduce()), ddp::DistributedError);
+    auto other = make_mlp();
+    ddp::DistributedDataParallel second(other);
+    second(torch::randn({2, 20})).sum().backward();
+    try {
+      second.register_comm_hook(ddp::comm_hooks::fp16_compress());
+      ADD_FAILURE();
+    } catch (const ddp::DistributedError& e) {
+      EXPECT_NE(std::string(e.what()).find("before the first backward"), std::string::npos);
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+namespace {
+
+// Records the order in which bucket reductions start and the first layer's gradient is computed.
+struct EventLog {
+  std::mutex mutex;
+  std::vector<std::string> events;
+  void add(const std::string& event) {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back(event);
+  }
+  size_t position(const std::string& event) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return std::find(events.begin(), events.end(), event) - events.begin();
+  }
+};
+
+struct DeepImpl : torch::nn::Module {
+  explicit DeepImpl(EventLog* log) : log(log) {
+    torch::manual_seed(0);
+    for (int i = 0; i < 6; ++i) {
+      layers.push_back(register_module("layer" + std::to_string(i), torch::nn::Linear(64, 64)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto h = torch::relu(layers[0]->forward(x));
+    // Runs when backward reaches the first layer: after every later layer's gradients.
+    h.register_hook([this](torch::Tensor grad) {
+      log->add("first layer reached");
+      return grad;
+    });
+    for (size_t i = 1; i < layers.size(); ++i) h = torch::relu(layers[i]->forward(h));
+    return h;
+  }
+  EventLog* log;
+  std::vector<torch::nn::Linear> layers;
+};
+
+}  // namespace
+
+TEST(DistributedDataParallel, FirstBucketIsOnTheWireBeforeBackwardFinishes) {
+  run_ranks_ok(2, [](int) {
+    ddp::init_process_group();
+    EventLog log;
+    auto net = std::make_shared<DeepImpl>(&log);
+    // 16.6 KiB per layer: a 0.02 MiB cap gives one bucket per layer or so.
+    ddp::DistributedDataParallel model(net, ddp::DDPOptions().bucket_cap_mb(0.02));
+    auto allreduce = ddp::comm_hooks::allreduce();
+    model.register_comm_hook([&](const ddp::ProcessGroup& group, ddp::GradBucket& bucket) {
+      log.add("bucket " + std::to_string(bucket.index()) + " launched");
+      return allreduce(group, bucket);
+    });
+    for (int step = 0; step < 2; ++step) {  // the second step uses the rebuilt buckets
+      log.events.clear();
+      model(torch::randn({4, 64})).sum().backward();
+      log.add("backward returned");
+      EXPECT_LT(log.position("bucket 0 launched"), log.position("first layer reached"))
+          << "step " << step;
+      EXPECT_LT(log.position("first layer reached"), log.position("backward returned"));
+    }
+    ddp::destroy_process_group();
+  });
+}
