@@ -22,8 +22,8 @@ namespace ddp {
 ///   ddp::init_process_group(ddp::InitOptions().backend("gloo").init_method("tcp://10.0.0.1:23456")
 ///                               .rank(r).world_size(4));
 struct InitOptions {
-  /// "gloo", "nccl" (CUDA builds of libtorch only), "shm" or "auto"; case-insensitive.
-  /// Default: "gloo".
+  /// "gloo", "auto" (the fastest backend available: gloo on CPU builds for now) or "nccl" (CUDA
+  /// builds of libtorch only); case-insensitive. Default: "gloo".
   TORCH_ARG(std::string, backend) = "gloo";
   /// "env://" (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), "tcp://host:port" or "file:///path".
   /// Default: "env://".

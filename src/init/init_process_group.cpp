@@ -42,13 +42,6 @@ std::string normalize_backend(const std::string& requested) {
                                          "CUDA builds of libtorch)");
 }
 
-// How many times this process has initialised: ranks re-initialise in step, so this also numbers
-// the store server generations (see connect_store).
-int& init_count() {
-  static int count = 0;
-  return count;
-}
-
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -80,7 +73,7 @@ void init_process_group(const InitOptions& options) {
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::PrefixStore>(
-        "default_pg", rendezvous::connect_store(spec, options.timeout(), ++init_count()));
+        "default_pg", rendezvous::connect_store(spec, options.timeout()));
   } catch (...) {
     detail::set_rank_for_messages(-1);
     throw;
@@ -101,6 +94,9 @@ void init_process_group(const InitOptions& options) {
                                                "init_process_group at " + spec.describe());
     rendezvous::store_based_barrier(*store, /*group_count=*/1, spec.world_size, options.timeout(),
                                     "init_process_group");
+    // As torch.distributed does after the barrier: rank 0 publishes the collective sequence
+    // number through the store (PyTorch ranks of the job wait for it).
+    world->backend->setSequenceNumberForGroup();
   } catch (...) {
     detail::destroy_all_groups();
     throw;
@@ -157,6 +153,7 @@ ProcessGroup new_group(const std::vector<int>& ranks) {
         backend_config().device, "new_group(" + detail::join_ints(sorted) + ")");
   }
   rendezvous::store_based_barrier(*store, number + 1, world->size(), world->timeout, "new_group");
+  if (group->is_member()) group->backend->setSequenceNumberForGroup();
   detail::register_group(group);
   return ProcessGroup(group);
 }

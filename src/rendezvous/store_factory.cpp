@@ -4,6 +4,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <thread>
+
 #include "common/error_context.h"
 
 namespace ddp::rendezvous {
@@ -25,8 +27,10 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
   options.port = static_cast<std::uint16_t>(spec.port);
   options.isServer = spec.rank == 0 && !spec.use_agent_store;
   options.numWorkers = spec.world_size;
-  // We count arrivals ourselves (in the store-based barrier) to report who is missing.
-  options.waitWorkers = false;
+  // A client's waitWorkers only counts it in the server's "init/" key, which a PyTorch rank 0
+  // waits on; our own server does not wait there: the rendezvous counts arrivals itself, to report
+  // who is missing.
+  options.waitWorkers = !options.isServer;
   options.timeout = timeout;
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(spec.host, options);
@@ -56,37 +60,35 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
 }
 
 // After destroy_process_group and a new init on the same port, a fast rank can reach rank 0's
-// previous server in the moment before rank 0 closes it. So rank 0 marks its server with the
-// generation, and a client that finds another generation's server waits until that server goes
-// away, then connects again, all within the timeout.
+// previous server in the moment before rank 0 closes it. Such a server is recognisable without
+// any key of our own (so that PyTorch ranks, which set none, can share the job): its init barrier
+// already counts every rank. A client that finds one reconnects until the new server answers.
 c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
-                                                     std::chrono::milliseconds timeout,
-                                                     int generation) {
-  const std::string marker = "ddp_server_generation_" + std::to_string(generation);
+                                                     std::chrono::milliseconds timeout) {
+  if (spec.rank == 0) return connect_tcp_store(spec, timeout);
+  const std::string init_barrier = "default_pg/store_based_barrier_key:1";
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (spec.rank == 0) {
-    auto store = connect_tcp_store(spec, timeout);
-    store->set(marker, {'1'});
-    return store;
-  }
+  auto pause = std::chrono::milliseconds(1);
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    auto store = connect_tcp_store(spec, std::max(left, std::chrono::milliseconds(1)));
     try {
-      store->wait({marker}, std::max(left, std::chrono::milliseconds(1)));
-      return store;
-    } catch (const std::exception& error) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        detail::fail("init_process_group",
-                     "the store at " + spec.host + ":" + std::to_string(spec.port) +
-                         " is not rank 0's store of this run (generation " +
-                         std::to_string(generation) + ") and did not go away within " +
-                         seconds(timeout) + ": " + first_line(error) +
-                         ". Another job may be using this MASTER_PORT.");
-      }
-      // The old server closed the connection: connect again, to the new one.
+      auto store = connect_tcp_store(spec, std::max(left, std::chrono::milliseconds(1)));
+      if (store->add(init_barrier, 0) < spec.world_size) return store;
+    } catch (const std::exception&) {
+      // The old server closed while we connected or asked: the next connection reaches the new
+      // one. Out of time, the connection's own error is the one to report.
+      if (std::chrono::steady_clock::now() >= deadline) throw;
     }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      detail::fail("init_process_group",
+                   "the store at " + spec.host + ":" + std::to_string(spec.port) +
+                       " belongs to a job that has already started (all of its ranks arrived) "
+                       "and did not go away within " + seconds(timeout) +
+                       ". Another job may be using this MASTER_PORT: choose another.");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
 }
 
@@ -113,10 +115,10 @@ c10::intrusive_ptr<c10d::Store> connect_file_store(const RendezvousSpec& spec,
 }  // namespace
 
 c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousSpec& spec,
-                                              std::chrono::milliseconds timeout, int generation) {
+                                              std::chrono::milliseconds timeout) {
   if (spec.method == Method::kFile) return connect_file_store(spec, timeout);
   if (spec.use_agent_store) return connect_tcp_store(spec, timeout);
-  return connect_hosted_store(spec, timeout, generation);
+  return connect_hosted_store(spec, timeout);
 }
 
 }  // namespace ddp::rendezvous

@@ -15,9 +15,7 @@
 namespace ddp::rendezvous {
 
 /// Throws DistributedError for a port already in use, an unreachable store and the like.
-/// `generation` numbers this process's init_process_group calls (1, 2, ...); every rank makes
-/// them in step.
 c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousSpec& spec,
-                                              std::chrono::milliseconds timeout, int generation);
+                                              std::chrono::milliseconds timeout);
 
 }  // namespace ddp::rendezvous

@@ -117,7 +117,7 @@ TEST(InitProcessGroup, MpirunAndSlurmVariablesAreUsedWhenTorchrunsAreAbsent) {
 TEST(InitProcessGroup, DestroyThenInitAgainWorks) {
   run_ranks_ok(2, [](int) {
     for (int round = 0; round < 3; ++round) {
-      ddp::init_process_group();
+      ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(15)));
       expect_world_sum(2);
       ddp::destroy_process_group();
     }

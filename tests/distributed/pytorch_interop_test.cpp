@@ -1,0 +1,65 @@
+// C++ and Python ranks in one job: ddp-cpp's rendezvous and groups follow torch.distributed's
+// (the "default_pg" store prefix, group names, the store-based barrier), so a PyTorch rank
+// (Debian's python3-torch) can take part in our collectives and vice versa.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include "ddp/ddp.h"
+#include "support/multiprocess.h"
+
+namespace {
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+// The same sequence of calls as cpp_rank below, in Python.
+constexpr const char* kPythonRank = R"(
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+t = torch.full((4,), float(r + 1)); dist.all_reduce(t); assert t[0].item() == 3, t
+b = torch.full((2,), float(r * 7)); dist.broadcast(b, 1); assert b[0].item() == 7, b
+parts = [torch.zeros(3) for _ in range(2)]; dist.all_gather(parts, torch.full((3,), float(r)))
+assert [p[0].item() for p in parts] == [0.0, 1.0], parts
+g = dist.new_group([0, 1])
+m = torch.tensor([float(r + 5)]); dist.all_reduce(m, op=dist.ReduceOp.MAX, group=g)
+assert m.item() == 6, m
+dist.barrier()
+dist.destroy_process_group()
+)";
+
+void cpp_rank(int rank) {
+  // The fingerprint check is an exchange of ddp-cpp's own: PyTorch ranks do not make it.
+  ddp::init_process_group(ddp::InitOptions().verify_collectives(false).timeout(std::chrono::seconds(30)));
+  auto t = torch::full({4}, rank + 1.0);
+  ddp::all_reduce(t);
+  EXPECT_EQ(t[0].item<float>(), 3.0f);
+  auto b = torch::full({2}, rank * 7.0);
+  ddp::broadcast(b, 1);
+  EXPECT_EQ(b[0].item<float>(), 7.0f);
+  auto parts = ddp::all_gather(torch::full({3}, rank * 1.0));
+  EXPECT_EQ(parts[1][0].item<float>(), 1.0f);
+  auto group = ddp::new_group({0, 1});
+  auto m = torch::full({1}, rank + 5.0);
+  ddp::all_reduce(m, ddp::ReduceOp::MAX, group);
+  EXPECT_EQ(m[0].item<float>(), 6.0f);
+  ddp::barrier();
+  ddp::destroy_process_group();
+}
+
+void run_mixed(int python_rank) {
+  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
+  ddp::testing::run_ranks_ok(2, [python_rank](int rank) {
+    if (rank == python_rank) {
+      ::execl(kPython, kPython, "-c", kPythonRank, static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    cpp_rank(rank);
+  }, std::chrono::seconds(60));
+}
+
+}  // namespace
+
+TEST(PyTorchInterop, PythonRankJoinsACppRankZeroJob) { run_mixed(/*python_rank=*/1); }
+
+TEST(PyTorchInterop, CppRankJoinsAPythonRankZeroJob) { run_mixed(/*python_rank=*/0); }
