@@ -2,6 +2,7 @@
 // (the "default_pg" store prefix, group names, the store-based barrier), so a PyTorch rank
 // (Debian's python3-torch) can take part in our collectives and vice versa.
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -63,3 +64,42 @@ void run_mixed(int python_rank) {
 TEST(PyTorchInterop, PythonRankJoinsACppRankZeroJob) { run_mixed(/*python_rank=*/1); }
 
 TEST(PyTorchInterop, CppRankJoinsAPythonRankZeroJob) { run_mixed(/*python_rank=*/0); }
+
+// torchrun's static rendezvous: its agent hosts the store on MASTER_PORT and sets
+// TORCHELASTIC_USE_AGENT_STORE=True; every worker, rank 0 included, is a client whose keys live
+// under "/worker/attempt_<restart count>". Here a Python process hosts the store as the agent would.
+TEST(PyTorchInterop, WorkersOfTorchrunsAgentStoreRendezvousThroughIt) {
+  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
+  constexpr const char* kAgent = R"(
+import datetime, os
+from torch.distributed import TCPStore
+store = TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 3, True,
+                 datetime.timedelta(seconds=60), wait_for_workers=False)
+store.wait(["/worker/attempt_1/test_done"])
+)";
+  ddp::testing::Launch launch;
+  launch.world_size = 3;  // two workers and the agent
+  launch.timeout = std::chrono::seconds(60);
+  auto outcomes = ddp::testing::run_ranks(launch, [kAgent](int rank) {
+    if (rank == 2) {
+      ::execl(kPython, kPython, "-c", kAgent, static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::setenv("WORLD_SIZE", "2", 1);
+    ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    ::setenv("TORCHELASTIC_RESTART_COUNT", "1", 1);
+    ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(30)));
+    auto t = torch::full({2}, rank + 1.0);
+    ddp::all_reduce(t);
+    EXPECT_EQ(t[0].item<float>(), 3.0f);
+    ddp::barrier();
+    ddp::destroy_process_group();
+    if (rank == 0) {
+      c10d::TCPStoreOptions options;
+      options.port = static_cast<std::uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
+      options.waitWorkers = false;
+      c10d::TCPStore("127.0.0.1", options).set("/worker/attempt_1/test_done", {'1'});
+    }
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}
