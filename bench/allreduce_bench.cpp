@@ -52,8 +52,9 @@ struct Options {
 
 // Unless --fixed-iters, the loops of large sizes are shortened so that one size moves at most
 // kBytesPerSize bytes in its timed loop and as many in its warm-up, but never fewer than
-// kMinScaledIters timed calls and one warm-up call. With the defaults (20 iterations, sizes up to 32 MiB) nothing is
-// shortened and the whole sweep takes seconds; the cap only keeps --max-bytes 1G and above usable.
+// kMinScaledIters timed calls and one warm-up call. With the defaults (20 iterations, sizes up to
+// 32 MiB) nothing is shortened and the whole sweep takes seconds; the cap only keeps --max-bytes 1G
+// and above usable.
 constexpr std::int64_t kBytesPerSize = 1LL << 30;
 constexpr int kMinScaledIters = 3;
 
@@ -98,10 +99,23 @@ std::int64_t parse_int(const std::string& name, const std::string& text, bool al
   long long scale = 1;
   if (allow_suffix && suffix.size() == 1) {
     switch (suffix[0]) {
-      case 'k': case 'K': scale = 1LL << 10; suffix.clear(); break;
-      case 'm': case 'M': scale = 1LL << 20; suffix.clear(); break;
-      case 'g': case 'G': scale = 1LL << 30; suffix.clear(); break;
-      default: break;
+      case 'k':
+      case 'K':
+        scale = 1LL << 10;
+        suffix.clear();
+        break;
+      case 'm':
+      case 'M':
+        scale = 1LL << 20;
+        suffix.clear();
+        break;
+      case 'g':
+      case 'G':
+        scale = 1LL << 30;
+        suffix.clear();
+        break;
+      default:
+        break;
     }
   }
   if (!suffix.empty()) usage_error("--" + name + ": cannot parse '" + text + "'");
@@ -144,16 +158,19 @@ Options parse_options(int argc, char** argv) {
     } else if (name == "step-factor") {
       o.step_factor = parse_int(name, take_value(), false);
     } else if (name == "warmup") {
-      o.warmup = static_cast<int>(std::min<std::int64_t>(parse_int(name, take_value(), false), 1 << 30));
+      o.warmup =
+          static_cast<int>(std::min<std::int64_t>(parse_int(name, take_value(), false), 1 << 30));
     } else if (name == "iters") {
-      o.iters = static_cast<int>(std::min<std::int64_t>(parse_int(name, take_value(), false), 1 << 30));
+      o.iters =
+          static_cast<int>(std::min<std::int64_t>(parse_int(name, take_value(), false), 1 << 30));
     } else if (name == "fixed-iters") {
       take_flag();
       o.scale_iters = false;
     } else if (name == "dtype") {
       o.dtype = take_value();
     } else if (name == "threads") {
-      o.threads = static_cast<int>(std::min<std::int64_t>(parse_int(name, take_value(), false), 1024));
+      o.threads =
+          static_cast<int>(std::min<std::int64_t>(parse_int(name, take_value(), false), 1024));
     } else if (name == "verify") {
       take_flag();
       o.verify = true;
@@ -177,7 +194,8 @@ Options parse_options(int argc, char** argv) {
 int iters_for(const Options& o, std::int64_t bytes) {
   if (!o.scale_iters) return o.iters;
   const std::int64_t fit = kBytesPerSize / bytes;
-  return static_cast<int>(std::min<std::int64_t>(o.iters, std::max<std::int64_t>(fit, kMinScaledIters)));
+  return static_cast<int>(
+      std::min<std::int64_t>(o.iters, std::max<std::int64_t>(fit, kMinScaledIters)));
 }
 int warmup_for(const Options& o, std::int64_t bytes) {
   if (!o.scale_iters || o.warmup == 0) return o.warmup;
@@ -186,7 +204,7 @@ int warmup_for(const Options& o, std::int64_t bytes) {
 }
 
 struct Result {
-  double time_us = 0;  // mean per call, max over ranks
+  double time_us = 0;      // mean per call, max over ranks
   std::int64_t wrong = 0;  // summed over ranks
   int iters = 0;
 };
@@ -196,8 +214,8 @@ Result run_size(const Options& o, std::int64_t count, int rank, int world) {
   // (rank+1) + i%7: small integers, so every partial sum is exact in float whatever the order.
   const at::Tensor ramp = at::arange(count, at::kLong).remainder_(7).to(at::kFloat);
   const at::Tensor pattern = ramp + static_cast<double>(rank + 1);
-  const at::Tensor expected = ramp * static_cast<double>(world) +
-                              static_cast<double>(world) * (world + 1) / 2.0;
+  const at::Tensor expected =
+      ramp * static_cast<double>(world) + static_cast<double>(world) * (world + 1) / 2.0;
 
   // The timed calls reduce in place, so the values grow by a factor of world per call (and reach
   // inf after enough calls): their results are never looked at, only the checked call's below.
@@ -241,11 +259,11 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::fprintf(stderr,
                    "# allreduce_bench: backend %s, %d ranks, float, sum, in place, sizes %" PRId64
-                   "..%" PRId64 " B x%" PRId64 ", warmup %d, iters %d (%s), threads %d, "
+                   "..%" PRId64 " B x%" PRId64
+                   ", warmup %d, iters %d (%s), threads %d, "
                    "verify_collectives %s\n",
                    backend.c_str(), world, o.min_bytes, o.max_bytes, o.step_factor, o.warmup,
-                   o.iters,
-                   o.scale_iters ? "fewer where a loop would move > 1 GiB" : "fixed",
+                   o.iters, o.scale_iters ? "fewer where a loop would move > 1 GiB" : "fixed",
                    o.threads, o.verify ? "on" : "off");
     }
     std::int64_t total_wrong = 0;

@@ -43,7 +43,8 @@ int main() {
     rank = ddp::get_rank();
     const int world = ddp::get_world_size();
     std::printf("rank %d of %d, backend %s\n", rank, world, ddp::get_backend().c_str());
-    if (world < 2) std::printf("rank %d: note: run on 2 or more ranks to see anything move\n", rank);
+    if (world < 2)
+      std::printf("rank %d: note: run on 2 or more ranks to see anything move\n", rank);
 
     // 2. all_reduce: every rank contributes rank+1; afterwards every rank holds the sum
     //    1 + 2 + ... + world, in place.

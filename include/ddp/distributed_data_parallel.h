@@ -48,7 +48,8 @@ struct DDPOptions {
   TORCH_ARG(bool, find_unused_parameters) = false;
   /// Make each .grad a view into its bucket: no copy between the two, less memory. Default: false.
   TORCH_ARG(bool, gradient_as_bucket_view) = false;
-  /// The set of used parameters never changes: find it once, in the first iteration. Default: false.
+  /// The set of used parameters never changes: find it once, in the first iteration. Default:
+  /// false.
   TORCH_ARG(bool, static_graph) = false;
   /// The group to average over. Default: the world.
   TORCH_ARG(ProcessGroup, process_group) = ProcessGroup();

@@ -64,9 +64,10 @@ std::string get_backend();
 /// exists. Not collective, but every rank should call it before exiting.
 void destroy_process_group();
 
-/// Creates a group of the given GLOBAL ranks. Collective over the WORLD: every rank calls it, in the
-/// same order, members and non-members alike (as in PyTorch). The ranks are sorted; duplicates and
-/// ranks outside [0, world_size) are errors. Non-members get a handle whose is_member() is false.
+/// Creates a group of the given GLOBAL ranks. Collective over the WORLD: every rank calls it, in
+/// the same order, members and non-members alike (as in PyTorch). The ranks are sorted; duplicates
+/// and ranks outside [0, world_size) are errors. Non-members get a handle whose is_member() is
+/// false.
 ProcessGroup new_group(const std::vector<int>& ranks);
 
 }  // namespace ddp

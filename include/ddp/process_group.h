@@ -2,9 +2,10 @@
 //
 // A ProcessGroup is a cheap, copyable handle. A default-constructed handle means "the default
 // (world) group", resolved when it is used, just as Python's group=None. Handles from new_group
-// name one sub-group; they stay valid objects after destroy_process_group, but using them then is an
-// error. Thread-safety: handles may be copied and queried from any thread; collectives on one group
-// must be issued in the same order on every rank (from one thread, or serialized by the caller).
+// name one sub-group; they stay valid objects after destroy_process_group, but using them then is
+// an error. Thread-safety: handles may be copied and queried from any thread; collectives on one
+// group must be issued in the same order on every rank (from one thread, or serialized by the
+// caller).
 #pragma once
 
 #include <chrono>

@@ -12,8 +12,7 @@ CollectiveCall::CollectiveCall(std::string operation, const ProcessGroup& group)
     : operation_(std::move(operation)), group_(group.state()) {
   if (!group_->is_member()) {
     fail("this rank is not a member of group '" + group_->name + "' (ranks " +
-         join_ints(group_->global_ranks) +
-         "); only members may call its collectives");
+         join_ints(group_->global_ranks) + "); only members may call its collectives");
   }
 }
 
@@ -61,8 +60,8 @@ void CollectiveCall::check_same_shape(const at::Tensor& tensor, const at::Tensor
 namespace {
 
 // Collectives by number, for the fingerprint; the index is what travels.
-const char* const kOperations[] = {"?", "all_reduce", "broadcast", "reduce", "all_gather",
-                                   "gather", "scatter", "barrier"};
+const char* const kOperations[] = {"?",          "all_reduce", "broadcast", "reduce",
+                                   "all_gather", "gather",     "scatter",   "barrier"};
 
 int64_t operation_number(const std::string& operation) {
   for (int64_t i = 1; i < static_cast<int64_t>(std::size(kOperations)); ++i) {
@@ -72,9 +71,8 @@ int64_t operation_number(const std::string& operation) {
 }
 
 std::string describe_call(const int64_t* print) {
-  std::string text = kOperations[print[0] < static_cast<int64_t>(std::size(kOperations))
-                                      ? print[0]
-                                      : 0];
+  std::string text =
+      kOperations[print[0] < static_cast<int64_t>(std::size(kOperations)) ? print[0] : 0];
   if (print[1] >= 0) {
     text += " of " + std::to_string(print[2]) + " " +
             c10::toString(static_cast<c10::ScalarType>(print[1])) + " elements";

@@ -5,8 +5,8 @@
 
 #include "collectives/collective_call.h"
 #include "collectives/reduce_op.h"
-#include "common/error_context.h"
 #include "collectives/unverified.h"
+#include "common/error_context.h"
 #include "process_group/work_state.h"
 
 namespace ddp {
@@ -26,8 +26,8 @@ c10::intrusive_ptr<c10d::Work> launch(CollectiveCall& call, Launch&& body) {
 
 Work make_work(CollectiveCall& call, c10::intrusive_ptr<c10d::Work> work,
                std::function<void()> on_success) {
-  return Work(
-      std::make_shared<detail::WorkState>(std::move(work), call.operation(), std::move(on_success)));
+  return Work(std::make_shared<detail::WorkState>(std::move(work), call.operation(),
+                                                  std::move(on_success)));
 }
 
 void wait_now(CollectiveCall& call, const c10::intrusive_ptr<c10d::Work>& work) {

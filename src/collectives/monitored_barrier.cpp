@@ -5,9 +5,8 @@
 // first straggler), and publishes the outcome under a release key. The others publish their
 // arrival and wait for the release (up to twice the timeout, since rank 0 answers only at its own
 // deadline), so they too learn which ranks were missing.
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <thread>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "collectives/collective_call.h"
 #include "common/error_context.h"
@@ -48,7 +47,8 @@ void monitored_barrier(std::chrono::milliseconds timeout, const ProcessGroup& gr
       if (!wait_for_key(store, release, deadline + timeout)) {
         call.fail("rank " + std::to_string(state.global_ranks[0]) +
                   " (group rank 0) did not release the barrier within " +
-                  std::to_string(2 * timeout.count()) + " ms: it has not arrived, or is itself waiting "
+                  std::to_string(2 * timeout.count()) +
+                  " ms: it has not arrived, or is itself waiting "
                   "for another rank; see its error");
       }
       auto outcome = store.get(release);
@@ -67,10 +67,10 @@ void monitored_barrier(std::chrono::milliseconds timeout, const ProcessGroup& gr
     }
     store.set(release, bytes(missing.empty() ? "ok" : detail::join_ints(missing)));
     if (!missing.empty()) {
-      call.fail(std::string(missing.size() == 1 ? "rank " : "ranks ") +
-                detail::join_ints(missing) + " failed to pass monitored_barrier within " +
-                std::to_string(timeout.count()) + " ms (" + std::to_string(missing.size()) +
-                " of " + std::to_string(state.size()) + " ranks missing)");
+      call.fail(std::string(missing.size() == 1 ? "rank " : "ranks ") + detail::join_ints(missing) +
+                " failed to pass monitored_barrier within " + std::to_string(timeout.count()) +
+                " ms (" + std::to_string(missing.size()) + " of " + std::to_string(state.size()) +
+                " ranks missing)");
     }
   } catch (const std::exception& error) {  // our own errors pass through unchanged
     detail::rethrow_backend_failure(call.operation(), error);

@@ -14,14 +14,22 @@ BackendReduce backend_reduce(ReduceOp op, const at::Tensor& tensor, const Collec
               " is not defined on complex tensors; only SUM and AVG are");
   }
   switch (op) {
-    case ReduceOp::SUM: return {c10d::ReduceOp::SUM};
-    case ReduceOp::AVG: return {c10d::ReduceOp::SUM, true};
-    case ReduceOp::PRODUCT: return {c10d::ReduceOp::PRODUCT};
-    case ReduceOp::MIN: return {c10d::ReduceOp::MIN};
-    case ReduceOp::MAX: return {c10d::ReduceOp::MAX};
-    case ReduceOp::BAND: return {c10d::ReduceOp::BAND};
-    case ReduceOp::BOR: return {c10d::ReduceOp::BOR};
-    case ReduceOp::BXOR: return {c10d::ReduceOp::BXOR};
+    case ReduceOp::SUM:
+      return {c10d::ReduceOp::SUM};
+    case ReduceOp::AVG:
+      return {c10d::ReduceOp::SUM, true};
+    case ReduceOp::PRODUCT:
+      return {c10d::ReduceOp::PRODUCT};
+    case ReduceOp::MIN:
+      return {c10d::ReduceOp::MIN};
+    case ReduceOp::MAX:
+      return {c10d::ReduceOp::MAX};
+    case ReduceOp::BAND:
+      return {c10d::ReduceOp::BAND};
+    case ReduceOp::BOR:
+      return {c10d::ReduceOp::BOR};
+    case ReduceOp::BXOR:
+      return {c10d::ReduceOp::BXOR};
   }
   call.fail("unknown ReduceOp value " + std::to_string(static_cast<int>(op)));
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include "collectives/collective_call.h"

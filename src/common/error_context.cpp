@@ -24,16 +24,19 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
   if (what.find("Connection closed by peer") != std::string::npos ||
       what.find("Connection reset") != std::string::npos ||
       what.find("Broken pipe") != std::string::npos) {
-    hint = " A peer process closed its connection: it probably exited or crashed during the "
-           "collective. Look at the other ranks' output for the first error.";
+    hint =
+        " A peer process closed its connection: it probably exited or crashed during the "
+        "collective. Look at the other ranks' output for the first error.";
   } else if (what.find("Invalid scalar type") != std::string::npos) {
-    hint = " Gloo reduces and moves float, double, half, int8, uint8, int32 and int64 tensors "
-           "(complex ones as pairs of reals); convert the tensor to one of these dtypes.";
+    hint =
+        " Gloo reduces and moves float, double, half, int8, uint8, int32 and int64 tensors "
+        "(complex ones as pairs of reals); convert the tensor to one of these dtypes.";
   } else if (what.find("imed out") != std::string::npos ||
              what.find("Timeout") != std::string::npos ||
              what.find("timeout") != std::string::npos) {
-    hint = " A peer did not take part within the group timeout (InitOptions().timeout): it may "
-           "be stuck, much slower, or calling a different collective.";
+    hint =
+        " A peer did not take part within the group timeout (InitOptions().timeout): it may "
+        "be stuck, much slower, or calling a different collective.";
   }
   throw DistributedError(context(operation) + " failed: " + what + "." + hint);
 }

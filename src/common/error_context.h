@@ -17,7 +17,8 @@ std::string context(const std::string& operation);
 /// Turns a failure of the backend (c10d, gloo) into a DistributedError with the operation, the
 /// rank and, for the failures we recognise (a peer that closed its connection, a timeout), what it
 /// most likely means and what to do. Call from inside a catch block.
-[[noreturn]] void rethrow_backend_failure(const std::string& operation, const std::exception& error);
+[[noreturn]] void rethrow_backend_failure(const std::string& operation,
+                                          const std::exception& error);
 
 /// Joins integers: {1, 3} -> "1, 3".
 std::string join_ints(const std::vector<int>& values);

@@ -1,8 +1,7 @@
 // init_process_group, destroy_process_group, new_group and the queries of the default group.
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-
 #include <algorithm>
 #include <cctype>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "common/error_context.h"
 #include "ddp/init.h"
@@ -89,9 +88,9 @@ void init_process_group(const InitOptions& options) {
   world->name = std::to_string(detail::take_group_number());
   world->store = c10::make_intrusive<c10d::PrefixStore>(world->name, store);
   try {
-    world->backend = detail::make_gloo_backend(world->store, spec.rank, spec.world_size,
-                                               options.timeout(), config.device,
-                                               "init_process_group at " + spec.describe());
+    world->backend =
+        detail::make_gloo_backend(world->store, spec.rank, spec.world_size, options.timeout(),
+                                  config.device, "init_process_group at " + spec.describe());
     rendezvous::store_based_barrier(*store, /*group_count=*/1, spec.world_size, options.timeout(),
                                     "init_process_group");
     // As torch.distributed does after the barrier: rank 0 publishes the collective sequence
@@ -125,8 +124,8 @@ ProcessGroup new_group(const std::vector<int>& ranks) {
   for (size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i] < 0 || sorted[i] >= world->size()) {
       detail::fail("new_group", "rank " + std::to_string(sorted[i]) + " is outside [0, " +
-                                    std::to_string(world->size()) + ") (ranks given: " +
-                                    detail::join_ints(ranks) + ")");
+                                    std::to_string(world->size()) +
+                                    ") (ranks given: " + detail::join_ints(ranks) + ")");
     }
     if (i > 0 && sorted[i] == sorted[i - 1]) {
       detail::fail("new_group", "rank " + std::to_string(sorted[i]) +
@@ -148,9 +147,9 @@ ProcessGroup new_group(const std::vector<int>& ranks) {
   auto store = detail::default_store();
   group->store = c10::make_intrusive<c10d::PrefixStore>(group->name, store);
   if (group->is_member()) {
-    group->backend = detail::make_gloo_backend(
-        group->store, group->group_rank, group->size(), group->timeout,
-        backend_config().device, "new_group(" + detail::join_ints(sorted) + ")");
+    group->backend = detail::make_gloo_backend(group->store, group->group_rank, group->size(),
+                                               group->timeout, backend_config().device,
+                                               "new_group(" + detail::join_ints(sorted) + ")");
   }
   rendezvous::store_based_barrier(*store, number + 1, world->size(), world->timeout, "new_group");
   if (group->is_member()) group->backend->setSequenceNumberForGroup();

@@ -1,7 +1,8 @@
 // The process-wide registry of groups: the default (world) group and those made by new_group.
 //
 // Thread-safety: all functions lock one mutex; the returned shared_ptrs keep a group's state alive
-// for an operation in flight even when destroy_process_group runs meanwhile (it then fails cleanly).
+// for an operation in flight even when destroy_process_group runs meanwhile (it then fails
+// cleanly).
 #pragma once
 
 #include <memory>

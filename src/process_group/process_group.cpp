@@ -7,14 +7,22 @@ namespace ddp {
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::PRODUCT: return "PRODUCT";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::MAX: return "MAX";
-    case ReduceOp::BAND: return "BAND";
-    case ReduceOp::BOR: return "BOR";
-    case ReduceOp::BXOR: return "BXOR";
+    case ReduceOp::SUM:
+      return "SUM";
+    case ReduceOp::AVG:
+      return "AVG";
+    case ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case ReduceOp::MIN:
+      return "MIN";
+    case ReduceOp::MAX:
+      return "MAX";
+    case ReduceOp::BAND:
+      return "BAND";
+    case ReduceOp::BOR:
+      return "BOR";
+    case ReduceOp::BXOR:
+      return "BXOR";
   }
   return "?";
 }
@@ -23,8 +31,9 @@ std::shared_ptr<detail::GroupState> ProcessGroup::state() const {
   if (state_ == nullptr) {
     auto world = detail::world_group();
     if (!world) {
-      detail::fail("process group", "the default process group has not been initialized; call "
-                                    "ddp::init_process_group first");
+      detail::fail("process group",
+                   "the default process group has not been initialized; call "
+                   "ddp::init_process_group first");
     }
     return world;
   }
@@ -40,9 +49,7 @@ bool ProcessGroup::is_member() const { return state()->is_member(); }
 int ProcessGroup::rank() const { return state()->group_rank; }
 int ProcessGroup::size() const { return state()->size(); }
 std::vector<int> ProcessGroup::ranks() const { return state()->global_ranks; }
-int ProcessGroup::group_rank(int global_rank) const {
-  return state()->to_group_rank(global_rank);
-}
+int ProcessGroup::group_rank(int global_rank) const { return state()->to_group_rank(global_rank); }
 std::string ProcessGroup::name() const { return state()->name; }
 
 }  // namespace ddp

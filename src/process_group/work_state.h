@@ -6,13 +6,12 @@
 // and is_completed() may race; the completion step runs exactly once, under the mutex.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace ddp::detail {
 
@@ -21,7 +20,9 @@ struct WorkState {
             std::function<void()> on_success = nullptr)
       : work(std::move(work)), operation(std::move(operation)), on_success(std::move(on_success)) {}
   WorkState(std::shared_ptr<WorkState> parent, std::function<void()> on_success)
-      : operation(parent->operation), parent(std::move(parent)), on_success(std::move(on_success)) {}
+      : operation(parent->operation),
+        parent(std::move(parent)),
+        on_success(std::move(on_success)) {}
 
   /// Waits, runs the completion step once; throws DistributedError on failure (every time).
   void wait();

@@ -40,7 +40,8 @@ std::vector<int64_t> strides_of_contiguous(at::IntArrayRef sizes) {
 std::vector<TensorSpec> specs_of(const std::vector<at::Tensor>& parameters) {
   std::vector<TensorSpec> specs;
   for (const auto& p : parameters) {
-    specs.push_back({p.scalar_type(), p.device(), static_cast<size_t>(p.numel() * p.element_size())});
+    specs.push_back(
+        {p.scalar_type(), p.device(), static_cast<size_t>(p.numel() * p.element_size())});
   }
   return specs;
 }
@@ -253,8 +254,7 @@ void Reducer::autograd_hook(size_t index) {
 void Reducer::mark_ready(size_t index) {
   if (ready_[index]) {
     fail("DistributedDataParallel backward",
-         "expected to mark a variable ready only once, but parameter " +
-             parameter_list({index}) +
+         "expected to mark a variable ready only once, but parameter " + parameter_list({index}) +
              " has been marked as ready twice in this iteration. Either it is used in several "
              "forward passes before one backward, the same layer is checkpointed or re-entered "
              "twice, or (with find_unused_parameters) a parameter thought unused received a "

@@ -97,17 +97,17 @@ class Reducer {
 
   // Per-iteration state, guarded by mutex_.
   std::mutex mutex_;
-  bool armed_ = false;         // this backward must reduce
-  bool hooks_fired_ = false;   // a hook ran in this backward
-  bool finalized_ = false;     // finalize_backward ran for this backward
+  bool armed_ = false;        // this backward must reduce
+  bool hooks_fired_ = false;  // a hook ran in this backward
+  bool finalized_ = false;    // finalize_backward ran for this backward
   std::vector<bool> ready_;
   size_t next_bucket_ = 0;
-  std::vector<size_t> unused_;         // locally unused this iteration (find_unused)
-  bool static_unused_known_ = false;   // static_graph: unused_ was found once, in iteration 1
-  at::Tensor local_used_;              // int32 per parameter: got a gradient (find_unused)
+  std::vector<size_t> unused_;        // locally unused this iteration (find_unused)
+  bool static_unused_known_ = false;  // static_graph: unused_ was found once, in iteration 1
+  at::Tensor local_used_;             // int32 per parameter: got a gradient (find_unused)
   Work used_work_;
   at::Tensor global_used_;
-  std::vector<size_t> ready_order_;    // first synchronized iteration's order, for the rebuild
+  std::vector<size_t> ready_order_;  // first synchronized iteration's order, for the rebuild
   bool has_rebuilt_ = false;
 };
 

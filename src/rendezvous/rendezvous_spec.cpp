@@ -133,13 +133,15 @@ void resolve_rank(int rank, int world_size, const std::map<std::string, std::str
     break;
   }
   if (spec.rank < 0) {
-    fail("no rank given: pass InitOptions().rank(r), or launch with ddprun/torchrun (RANK), "
-         "mpirun (OMPI_COMM_WORLD_RANK) or Slurm (SLURM_PROCID); environment variable RANK "
-         "expected, but not set");
+    fail(
+        "no rank given: pass InitOptions().rank(r), or launch with ddprun/torchrun (RANK), "
+        "mpirun (OMPI_COMM_WORLD_RANK) or Slurm (SLURM_PROCID); environment variable RANK "
+        "expected, but not set");
   }
   if (spec.world_size < 0) {
-    fail("no world size given: pass InitOptions().world_size(n) or set WORLD_SIZE; environment "
-         "variable WORLD_SIZE expected, but not set");
+    fail(
+        "no world size given: pass InitOptions().world_size(n) or set WORLD_SIZE; environment "
+        "variable WORLD_SIZE expected, but not set");
   }
   if (spec.world_size < 1) {
     fail("world_size must be at least 1, got " + std::to_string(spec.world_size));
@@ -156,13 +158,15 @@ void resolve_env_address(const EnvLookup& env, RendezvousSpec& spec) {
     if (auto nodes = env("SLURM_JOB_NODELIST")) addr = first_slurm_host(*nodes);
   }
   if (!addr) {
-    fail("error initializing using env:// rendezvous: environment variable MASTER_ADDR expected, "
-         "but not set (the address of the host of rank 0; ddprun and torchrun set it)");
+    fail(
+        "error initializing using env:// rendezvous: environment variable MASTER_ADDR expected, "
+        "but not set (the address of the host of rank 0; ddprun and torchrun set it)");
   }
   auto port = env("MASTER_PORT");
   if (!port) {
-    fail("error initializing using env:// rendezvous: environment variable MASTER_PORT expected, "
-         "but not set (a free TCP port on the host of rank 0; ddprun and torchrun set it)");
+    fail(
+        "error initializing using env:// rendezvous: environment variable MASTER_PORT expected, "
+        "but not set (a free TCP port on the host of rank 0; ddprun and torchrun set it)");
   }
   spec.host = *addr;
   spec.port = parse_port("environment variable MASTER_PORT", *port);

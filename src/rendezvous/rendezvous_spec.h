@@ -28,10 +28,10 @@ struct RendezvousSpec {
   std::string path;  // kFile
   int rank = -1;
   int world_size = -1;
-  int local_rank = -1;           // -1 when no launcher said
-  std::string rank_source;       // "options", "RANK/WORLD_SIZE", ... for messages
-  bool use_agent_store = false;  // torchrun's static rendezvous: every rank is a store client
-  int restart_count = 0;         // TORCHELASTIC_RESTART_COUNT
+  int local_rank = -1;             // -1 when no launcher said
+  std::string rank_source;         // "options", "RANK/WORLD_SIZE", ... for messages
+  bool use_agent_store = false;    // torchrun's static rendezvous: every rank is a store client
+  int restart_count = 0;           // TORCHELASTIC_RESTART_COUNT
   std::string gloo_socket_ifname;  // GLOO_SOCKET_IFNAME, read here, at the edge
 
   std::string describe() const;  // "tcp://127.0.0.1:29500" or "file:///tmp/x", for messages

@@ -3,10 +3,9 @@
 // can share one job. On timeout it says how many ranks arrived.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace ddp::rendezvous {
 

@@ -1,10 +1,9 @@
 #include "rendezvous/store_factory.h"
 
+#include <thread>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
-#include <thread>
 
 #include "common/error_context.h"
 
@@ -48,8 +47,8 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
                        "--standalone for a free one) or stop the process that holds it.");
     }
     if (options.isServer) {
-      detail::fail("init_process_group", "rank 0 cannot host the store at " + spec.describe() +
-                                             ": " + what);
+      detail::fail("init_process_group",
+                   "rank 0 cannot host the store at " + spec.describe() + ": " + what);
     }
     detail::fail("init_process_group",
                  "could not reach the store hosted by rank 0 at " + spec.host + ":" +
@@ -84,7 +83,8 @@ c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
       detail::fail("init_process_group",
                    "the store at " + spec.host + ":" + std::to_string(spec.port) +
                        " belongs to a job that has already started (all of its ranks arrived) "
-                       "and did not go away within " + seconds(timeout) +
+                       "and did not go away within " +
+                       seconds(timeout) +
                        ". Another job may be using this MASTER_PORT: choose another.");
     }
     std::this_thread::sleep_for(pause);
@@ -103,12 +103,11 @@ c10::intrusive_ptr<c10d::Store> connect_file_store(const RendezvousSpec& spec,
     file->setTimeout(timeout);
     int64_t arrival = file->add("ddp_arrivals", 1);
     int64_t generation = (arrival - 1) / spec.world_size;
-    return c10::make_intrusive<c10d::PrefixStore>("generation/" + std::to_string(generation),
-                                                  file);
+    return c10::make_intrusive<c10d::PrefixStore>("generation/" + std::to_string(generation), file);
   } catch (const std::exception& error) {
-    detail::fail("init_process_group", "cannot use the rendezvous file " + spec.path + ": " +
-                                           first_line(error) +
-                                           ". Its folder must exist and be writable by every rank.");
+    detail::fail("init_process_group",
+                 "cannot use the rendezvous file " + spec.path + ": " + first_line(error) +
+                     ". Its folder must exist and be writable by every rank.");
   }
 }
 

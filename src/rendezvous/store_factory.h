@@ -6,9 +6,8 @@
 // by a crashed run does not break or hang the next one (see connect_store in the .cpp).
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "rendezvous/rendezvous_spec.h"
 

@@ -9,7 +9,9 @@ using ddp::testing::run_ranks_ok;
 
 namespace {
 
-void init_env(int /*rank*/) { ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(30))); }
+void init_env(int /*rank*/) {
+  ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(30)));
+}
 
 // The result of a collective must be bit-identical on every rank: gather its bytes and compare.
 void expect_identical_on_every_rank(const torch::Tensor& result) {
@@ -39,7 +41,11 @@ TEST(AllReduce, EveryOpOnIntegersMatchesTheDefinition) {
   run_ranks_ok(world, [](int rank) {
     init_env(rank);
     // Values 1..3 (rank + 1) and bit patterns 1, 2, 4 (1 << rank).
-    struct Case { ddp::ReduceOp op; int64_t expected; bool bits; };
+    struct Case {
+      ddp::ReduceOp op;
+      int64_t expected;
+      bool bits;
+    };
     const Case cases[] = {
         {ddp::ReduceOp::SUM, 6, false},     {ddp::ReduceOp::AVG, 2, false},
         {ddp::ReduceOp::PRODUCT, 6, false}, {ddp::ReduceOp::MIN, 1, false},
@@ -67,11 +73,21 @@ TEST(AllReduce, FloatOpsAndAvgAreBitIdenticalOnEveryRank) {
       auto stacked = torch::stack(all);
       torch::Tensor reference;
       switch (op) {
-        case ddp::ReduceOp::SUM: reference = stacked.sum(0); break;
-        case ddp::ReduceOp::AVG: reference = stacked.sum(0) / 3; break;
-        case ddp::ReduceOp::PRODUCT: reference = stacked.prod(0); break;
-        case ddp::ReduceOp::MIN: reference = std::get<0>(stacked.min(0)); break;
-        default: reference = std::get<0>(stacked.max(0)); break;
+        case ddp::ReduceOp::SUM:
+          reference = stacked.sum(0);
+          break;
+        case ddp::ReduceOp::AVG:
+          reference = stacked.sum(0) / 3;
+          break;
+        case ddp::ReduceOp::PRODUCT:
+          reference = stacked.prod(0);
+          break;
+        case ddp::ReduceOp::MIN:
+          reference = std::get<0>(stacked.min(0));
+          break;
+        default:
+          reference = std::get<0>(stacked.max(0));
+          break;
       }
       ddp::all_reduce(t, op);
       EXPECT_TRUE(torch::allclose(t, reference, 1e-5, 1e-6)) << ddp::to_string(op);

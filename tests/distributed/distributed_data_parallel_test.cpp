@@ -27,8 +27,8 @@ torch::nn::Sequential make_cnn() {
   torch::manual_seed(0);
   return torch::nn::Sequential(
       torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)), torch::nn::ReLU(),
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3)), torch::nn::ReLU(),
-      torch::nn::Flatten(), torch::nn::Linear(8 * 6 * 6, 5));
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3)), torch::nn::ReLU(), torch::nn::Flatten(),
+      torch::nn::Linear(8 * 6 * 6, 5));
 }
 
 // The whole batch of one step: world * kBatchPerRank samples, the same on every rank.
@@ -84,8 +84,10 @@ TEST(DistributedDataParallel, MlpOnTwoAndThreeRanksEqualsOneProcessWithTheWholeB
     run_ranks_ok(world, [world](int rank) {
       ddp::init_process_group();
       // A 0.01 MiB cap splits the ~10 KiB-to-17 KiB layers into several buckets.
+      auto several_buckets = ddp::DDPOptions().bucket_cap_mb(0.01).first_bucket_cap_mb(0.005);
+      expect_equivalent_to_one_process(false, world, rank, several_buckets);
       expect_equivalent_to_one_process(false, world, rank,
-                                       ddp::DDPOptions().bucket_cap_mb(0.01).first_bucket_cap_mb(0.005));
+                                       several_buckets.gradient_as_bucket_view(true));
       ddp::destroy_process_group();
     });
   }
@@ -179,8 +181,8 @@ TEST(DistributedDataParallel, UnusedParametersOnEveryRankKeepTheirGradUntouched)
       model(x.narrow(0, rank * 2, 2), false).mean().backward();
       reference->forward(x, false).mean().backward();
       EXPECT_FALSE(net->extra->weight.grad().defined());
-      EXPECT_TRUE(torch::allclose(net->used->weight.grad(), reference->used->weight.grad(), 1e-6,
-                                  1e-7));
+      EXPECT_TRUE(
+          torch::allclose(net->used->weight.grad(), reference->used->weight.grad(), 1e-6, 1e-7));
     }
     ddp::destroy_process_group();
   });
@@ -254,8 +256,7 @@ TEST(DistributedDataParallel, ParameterMarkedReadyTwiceIsAClearError) {
       (out.sum() + net->side.sum()).backward();
       ADD_FAILURE() << "expected an error";
     } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("marked as ready twice"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("marked as ready twice"), std::string::npos) << e.what();
     }
     ddp::destroy_process_group();
   });

@@ -42,9 +42,9 @@ TEST(InitProcessGroup, TcpInitMethodTakesRankAndWorldSizeFromTheQuery) {
   Launch launch;
   launch.set_rendezvous_env = false;
   for (const auto& outcome : run_ranks(launch, [port](int rank) {
-         ddp::init_process_group(ddp::InitOptions().init_method(
-             "tcp://localhost:" + std::to_string(port) + "?rank=" + std::to_string(rank) +
-             "&world_size=2"));
+         ddp::init_process_group(
+             ddp::InitOptions().init_method("tcp://localhost:" + std::to_string(port) +
+                                            "?rank=" + std::to_string(rank) + "&world_size=2"));
          expect_world_sum(2);
          ddp::destroy_process_group();
        })) {
@@ -75,9 +75,8 @@ TEST(InitProcessGroup, StaleFileOfACrashedRunDoesNotBreakTheNextRun) {
   ASSERT_TRUE(std::ifstream(path).good()) << "the crashed run should have left its file";
   for (int run = 0; run < 2; ++run) {
     run_ranks_ok(2, [path](int) {
-      ddp::init_process_group(ddp::InitOptions()
-                                  .init_method("file://" + path)
-                                  .timeout(std::chrono::seconds(20)));
+      ddp::init_process_group(
+          ddp::InitOptions().init_method("file://" + path).timeout(std::chrono::seconds(20)));
       expect_world_sum(2);
       ::_exit(0);
     });

@@ -2,9 +2,10 @@
 // (the "default_pg" store prefix, group names, the store-based barrier), so a PyTorch rank
 // (Debian's python3-torch) can take part in our collectives and vice versa.
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 #include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "ddp/ddp.h"
 #include "support/multiprocess.h"
@@ -31,7 +32,8 @@ dist.destroy_process_group()
 
 void cpp_rank(int rank) {
   // The fingerprint check is an exchange of ddp-cpp's own: PyTorch ranks do not make it.
-  ddp::init_process_group(ddp::InitOptions().verify_collectives(false).timeout(std::chrono::seconds(30)));
+  ddp::init_process_group(
+      ddp::InitOptions().verify_collectives(false).timeout(std::chrono::seconds(30)));
   auto t = torch::full({4}, rank + 1.0);
   ddp::all_reduce(t);
   EXPECT_EQ(t[0].item<float>(), 3.0f);
@@ -50,13 +52,16 @@ void cpp_rank(int rank) {
 
 void run_mixed(int python_rank) {
   if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
-  ddp::testing::run_ranks_ok(2, [python_rank](int rank) {
-    if (rank == python_rank) {
-      ::execl(kPython, kPython, "-c", kPythonRank, static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    cpp_rank(rank);
-  }, std::chrono::seconds(60));
+  ddp::testing::run_ranks_ok(
+      2,
+      [python_rank](int rank) {
+        if (rank == python_rank) {
+          ::execl(kPython, kPython, "-c", kPythonRank, static_cast<char*>(nullptr));
+          ::_exit(127);
+        }
+        cpp_rank(rank);
+      },
+      std::chrono::seconds(60));
 }
 
 }  // namespace
@@ -67,7 +72,8 @@ TEST(PyTorchInterop, CppRankJoinsAPythonRankZeroJob) { run_mixed(/*python_rank=*
 
 // torchrun's static rendezvous: its agent hosts the store on MASTER_PORT and sets
 // TORCHELASTIC_USE_AGENT_STORE=True; every worker, rank 0 included, is a client whose keys live
-// under "/worker/attempt_<restart count>". Here a Python process hosts the store as the agent would.
+// under "/worker/attempt_<restart count>". Here a Python process hosts the store as the agent
+// would.
 TEST(PyTorchInterop, WorkersOfTorchrunsAgentStoreRendezvousThroughIt) {
   if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
   constexpr const char* kAgent = R"(

@@ -31,8 +31,10 @@ TEST(BucketAssignment, ATensorLargerThanTheCapGetsABucketOfItsOwn) {
 }
 
 TEST(BucketAssignment, DtypesNeverShareABucket) {
-  std::vector<TensorSpec> tensors{floats(10), {c10::kDouble, c10::Device(c10::kCPU), 10},
-                                  floats(10), {c10::kDouble, c10::Device(c10::kCPU), 10}};
+  std::vector<TensorSpec> tensors{floats(10),
+                                  {c10::kDouble, c10::Device(c10::kCPU), 10},
+                                  floats(10),
+                                  {c10::kDouble, c10::Device(c10::kCPU), 10}};
   auto buckets = assign_buckets(tensors, {0, 1, 2, 3}, {1000});
   ASSERT_EQ(buckets.size(), 2u);
   EXPECT_EQ(buckets[0], (std::vector<size_t>{0, 2}));

@@ -31,9 +31,11 @@ std::string error_of(const std::string& method, int rank, int world,
   return "";
 }
 
-const std::map<std::string, std::string> kTorchrun = {
-    {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}, {"RANK", "2"}, {"WORLD_SIZE", "4"},
-    {"LOCAL_RANK", "0"}};
+const std::map<std::string, std::string> kTorchrun = {{"MASTER_ADDR", "10.1.2.3"},
+                                                      {"MASTER_PORT", "29500"},
+                                                      {"RANK", "2"},
+                                                      {"WORLD_SIZE", "4"},
+                                                      {"LOCAL_RANK", "0"}};
 
 }  // namespace
 
@@ -138,8 +140,9 @@ TEST(RendezvousSpec, MalformedInitMethodsQuoteTheInputAndListTheForms) {
 }
 
 TEST(RendezvousSpec, RankOutsideTheWorldAndEmptyWorldsAreErrors) {
-  EXPECT_NE(error_of("tcp://h:1", 2, 2, {}).find("rank 2 (from options) is outside [0, world_size)"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("tcp://h:1", 2, 2, {}).find("rank 2 (from options) is outside [0, world_size)"),
+      std::string::npos);
   EXPECT_NE(error_of("tcp://h:1", 0, 0, {}).find("world_size must be at least 1, got 0"),
             std::string::npos);
   EXPECT_NE(error_of("tcp://h:1", -1, -1, {{"RANK", "x"}, {"WORLD_SIZE", "2"}})

@@ -1,8 +1,7 @@
 #include "process_group/gloo/gloo_backend.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-
 #include <algorithm>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <vector>
 
 #include "common/error_context.h"
@@ -43,12 +42,12 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_backend(
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
   } catch (const std::exception& error) {
-    rethrow_backend_failure(operation + " (creating the gloo device" +
-                                (device.interface.empty() ? std::string()
-                                                          : " for GLOO_SOCKET_IFNAME=" +
-                                                                device.interface) +
-                                ")",
-                            error);
+    rethrow_backend_failure(
+        operation + " (creating the gloo device" +
+            (device.interface.empty() ? std::string()
+                                      : " for GLOO_SOCKET_IFNAME=" + device.interface) +
+            ")",
+        error);
   }
   try {
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, options);
@@ -63,8 +62,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_backend(
       }
       fail(operation, "only " + std::to_string(arrived.size()) + " of " +
                           std::to_string(group_size) + " ranks arrived within " +
-                          std::to_string(timeout.count()) + " ms (missing group ranks: " +
-                          join_ints(missing) +
+                          std::to_string(timeout.count()) +
+                          " ms (missing group ranks: " + join_ints(missing) +
                           "). Start every rank with the same world size, or raise "
                           "InitOptions().timeout.");
     }
