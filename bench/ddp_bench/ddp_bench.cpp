@@ -1,0 +1,191 @@
+// ddp_bench: training-step time of ddp::DistributedDataParallel on the reference models, the
+// counterpart of the peer benchmark /work/shared/peers/pytorch_ddp_bench.py (PyTorch's own DDP).
+// Same models, same flags, same JSON line, so the two can be run side by side
+// (bench/run_ddp_bench.sh).
+//
+//   ddprun --nproc-per-node 2 build/bench/ddp_bench --model mlp|cnn|resnet|transformer
+//       [--steps 30] [--warmup 5] [--batch B] [--bucket-cap-mb 25] [--threads 1]
+//       [--comm-hook allreduce|fp16|bf16|none] [--no-ddp]
+//
+// Without RANK in the environment, or with --no-ddp, it runs one process without DDP (the
+// compute-only limit). Rank 0 prints one JSON line:
+//   {"impl": "ddp-cpp", "model": ..., "world_size": ..., "params": ..., "batch_per_rank": ...,
+//    "step_ms_median": ..., "step_ms_min": ..., "samples_per_s": ...[, "comm_hook": ...]}
+#include <ddp/ddp.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "reference_models.h"
+
+namespace {
+
+struct Args {
+  std::string model = "mlp";
+  int steps = 30;
+  int warmup = 5;
+  int64_t batch = 0;  // 0 = the model's default
+  double bucket_cap_mb = 25.0;
+  bool no_ddp = false;
+  int threads = 1;
+  std::string comm_hook = "none";
+};
+
+constexpr const char* kUsage =
+    "usage: ddp_bench [--model mlp|cnn|resnet|transformer] [--steps N] [--warmup N]\n"
+    "                 [--batch B (0 = model default)] [--bucket-cap-mb MB] [--threads N]\n"
+    "                 [--comm-hook allreduce|fp16|bf16|none] [--no-ddp]\n";
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::optional<std::string> inline_value;
+    if (auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "-h" || flag == "--help") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else if (flag == "--model") {
+      a.model = value();
+    } else if (flag == "--steps") {
+      a.steps = std::stoi(value());
+    } else if (flag == "--warmup") {
+      a.warmup = std::stoi(value());
+    } else if (flag == "--batch") {
+      a.batch = std::stoll(value());
+    } else if (flag == "--bucket-cap-mb") {
+      a.bucket_cap_mb = std::stod(value());
+    } else if (flag == "--threads") {
+      a.threads = std::stoi(value());
+    } else if (flag == "--comm-hook") {
+      a.comm_hook = value();
+    } else if (flag == "--no-ddp") {
+      if (inline_value) throw std::invalid_argument("--no-ddp takes no value");
+      a.no_ddp = true;
+    } else {
+      throw std::invalid_argument("unknown argument '" + std::string(argv[i]) + "'\n" + kUsage);
+    }
+  }
+  if (a.steps < 1 || a.warmup < 0 || a.batch < 0 || a.threads < 1 || a.bucket_cap_mb <= 0)
+    throw std::invalid_argument("--steps and --threads must be >= 1, --warmup and --batch >= 0, "
+                                "--bucket-cap-mb > 0");
+  if (a.comm_hook != "none" && a.comm_hook != "allreduce" && a.comm_hook != "fp16" &&
+      a.comm_hook != "bf16")
+    throw std::invalid_argument("--comm-hook must be allreduce, fp16, bf16 or none");
+  return a;
+}
+
+// optimizer.zero_grad(set_to_none=True), as the peer does (libtorch 1.13's zero_grad() zeroes).
+void zero_grad_set_to_none(torch::nn::Module& module) {
+  for (auto& p : module.parameters()) p.mutable_grad().reset();
+}
+
+// One step: zero_grad, forward, loss, backward, optimizer step. Returns its time in ms.
+template <typename Net>
+double train_step(Net& net, torch::nn::Module& module, torch::optim::SGD& opt,
+                  const torch::Tensor& x, const torch::Tensor& y) {
+  const auto t0 = std::chrono::steady_clock::now();
+  zero_grad_set_to_none(module);
+  auto out = net(x);
+  auto loss = torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), y.reshape(-1));
+  loss.backward();
+  opt.step();
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+ddp::CommHook make_hook(const std::string& name) {
+  if (name == "allreduce") return ddp::comm_hooks::allreduce();
+  if (name == "fp16") return ddp::comm_hooks::fp16_compress();
+  return ddp::comm_hooks::bf16_compress();
+}
+
+int run(const Args& a) {
+  torch::set_num_threads(a.threads);
+  const bool use_ddp = !a.no_ddp && std::getenv("RANK") != nullptr;
+  int rank = 0;
+  int world_size = 1;
+  if (use_ddp) {
+    ddp::init_process_group(ddp::InitOptions());
+    rank = ddp::get_rank();
+    world_size = ddp::get_world_size();
+  }
+  torch::manual_seed(0);
+  auto built = ddp_bench::build(a.model);
+  auto model = built.model;
+  const int64_t batch = a.batch ? a.batch : built.default_batch;
+  const int64_t params = ddp_bench::parameter_count(*model);
+
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1234 + rank);
+  auto [x, y] = ddp_bench::make_batch(a.model, batch, generator);
+
+  std::vector<double> times;
+  times.reserve(a.steps);
+  auto plain = [&](const torch::Tensor& in) { return model->forward(in); };
+  std::unique_ptr<ddp::DistributedDataParallel<std::shared_ptr<ddp_bench::BenchModel>>> ddp_net;
+  if (use_ddp) {
+    ddp_net = std::make_unique<ddp::DistributedDataParallel<std::shared_ptr<ddp_bench::BenchModel>>>(
+        model, ddp::DDPOptions().bucket_cap_mb(a.bucket_cap_mb));
+    if (a.comm_hook != "none") ddp_net->register_comm_hook(make_hook(a.comm_hook));
+  }
+  auto wrapped = [&](const torch::Tensor& in) { return (*ddp_net)(in); };
+  for (int i = 0; i < a.warmup + a.steps; ++i) {
+    const double ms = use_ddp ? train_step(wrapped, *model, opt, x, y)
+                              : train_step(plain, *model, opt, x, y);
+    if (i >= a.warmup) times.push_back(ms);
+  }
+
+  if (rank == 0) {
+    const double med = median(times);
+    const double mn = *std::min_element(times.begin(), times.end());
+    std::string hook;
+    if (a.comm_hook != "none") hook = ", \"comm_hook\": \"" + a.comm_hook + "\"";
+    std::printf(
+        "{\"impl\": \"ddp-cpp\", \"model\": \"%s\", \"world_size\": %d, \"params\": %lld, "
+        "\"batch_per_rank\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
+        "\"samples_per_s\": %.1f%s}\n",
+        a.model.c_str(), world_size, static_cast<long long>(params),
+        static_cast<long long>(batch), med, mn,
+        static_cast<double>(batch) * world_size * 1000.0 / med, hook.c_str());
+    std::fflush(stdout);
+  }
+  ddp_net.reset();
+  if (use_ddp) ddp::destroy_process_group();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse_args(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Side-by-side training-step benchmark: ddp-cpp's DistributedDataParallel (build/bench/ddp_bench)
+# against PyTorch's own DDP (the peer, pytorch_ddp_bench.py, Python + gloo), on the four
+# reference models, at 2 ranks on this machine. For each model, alternating in one run:
+#   (a) ours at 2 ranks, via ddprun                     } repeated REPS times, alternating;
+#   (b) PyTorch's DDP at 2 ranks (two python3 processes) } the table reports the median run
+#   (c) ours, one process without DDP (compute only)
+#   (d) ours, two processes without DDP started at once (what 2 cores allow; the slower one)
+# Every process runs with OMP_NUM_THREADS=1 and --threads 1.
+#
+#   bench/run_ddp_bench.sh [OUT.jsonl]        (default: $BUILD_DIR/bench/ddp_bench_results.jsonl)
+#
+# Environment: BUILD_DIR (default <repo>/build), PEERS_DIR (default <repo>/../shared/peers),
+# PYTHON (default /usr/bin/python3), MODELS (default "mlp cnn resnet transformer"), STEPS (30),
+# WARMUP (5), REPS (5), BUCKET_CAP_MB (25). Prints a markdown table at the end.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+PEERS_DIR="${PEERS_DIR:-$ROOT/../shared/peers}"
+PYTHON="${PYTHON:-/usr/bin/python3}"
+MODELS="${MODELS:-mlp cnn resnet transformer}"
+STEPS="${STEPS:-30}"
+WARMUP="${WARMUP:-5}"
+REPS="${REPS:-5}"
+BUCKET_CAP_MB="${BUCKET_CAP_MB:-25}"
+OUT="${1:-$BUILD_DIR/bench/ddp_bench_results.jsonl}"
+
+BENCH="$BUILD_DIR/bench/ddp_bench"
+DDPRUN="$BUILD_DIR/tools/ddprun/ddprun"
+PEER="$PEERS_DIR/pytorch_ddp_bench.py"
+for f in "$BENCH" "$DDPRUN"; do
+  [[ -x "$f" ]] || { echo "missing $f: cmake --build build --target ddp_bench ddprun" >&2; exit 1; }
+done
+[[ -f "$PEER" ]] || { echo "missing $PEER: set PEERS_DIR" >&2; exit 1; }
+PEERS_DIR="$(cd "$PEERS_DIR" && pwd)"
+
+export OMP_NUM_THREADS=1
+unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT
+COMMON=(--steps "$STEPS" --warmup "$WARMUP" --bucket-cap-mb "$BUCKET_CAP_MB" --threads 1)
+TIMEOUT=300  # per run, seconds
+
+mkdir -p "$(dirname "$OUT")"
+: > "$OUT"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+
+# record LABEL REP FILE: appends FILE's JSON lines (ddprun's "[0]: " prefix removed) to OUT,
+# each tagged with "run" and "rep".
+record() {
+  local label=$1 rep=$2 file=$3 n
+  n=$(grep -c '^\(\[[0-9]*\]: \)\?{' "$file" || true)
+  if [[ "$n" -eq 0 ]]; then
+    echo "no JSON line from run '$label' (rep $rep):" >&2; cat "$file" >&2; exit 1
+  fi
+  sed -n 's/^\(\[[0-9]*\]: \)\?{/{"run": "'"$label"'", "rep": '"$rep"', /p' "$file" | tee -a "$OUT"
+}
+
+free_port() {
+  "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+ours_ddp() {  # MODEL REP
+  timeout "$TIMEOUT" "$DDPRUN" --standalone --nproc-per-node 2 "$BENCH" --model "$1" "${COMMON[@]}" \
+    > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; exit 1; }
+  record ours_ddp "$2" "$TMP/out"
+}
+
+peer_ddp() {  # MODEL REP
+  local port pids=() r
+  port=$(free_port)
+  for r in 0 1; do
+    (cd "$PEERS_DIR" && MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 \
+       PYTHONPATH="$PEERS_DIR${PYTHONPATH:+:$PYTHONPATH}" \
+       timeout "$TIMEOUT" "$PYTHON" "$PEER" --model "$1" "${COMMON[@]}" \
+       > "$TMP/peer$r.out" 2> "$TMP/peer$r.err") &
+    pids+=($!)
+  done
+  for r in 0 1; do
+    wait "${pids[$r]}" || { echo "peer rank $r failed:" >&2; cat "$TMP/peer$r.err" >&2; exit 1; }
+  done
+  record pytorch_ddp "$2" "$TMP/peer0.out"
+}
+
+ours_single() {  # MODEL
+  timeout "$TIMEOUT" "$BENCH" --model "$1" --no-ddp "${COMMON[@]}" > "$TMP/out"
+  record ours_noddp_1proc 1 "$TMP/out"
+}
+
+ours_concurrent() {  # MODEL: two no-DDP processes started at once
+  local pids=() i
+  for i in 0 1; do
+    timeout "$TIMEOUT" "$BENCH" --model "$1" --no-ddp "${COMMON[@]}" > "$TMP/conc$i.out" &
+    pids+=($!)
+  done
+  for i in 0 1; do wait "${pids[$i]}"; done
+  record ours_noddp_2concurrent 1 "$TMP/conc0.out"
+  record ours_noddp_2concurrent 2 "$TMP/conc1.out"
+}
+
+start=$(date +%s)
+for model in $MODELS; do
+  echo "== $model (load average before: $(cut -d" " -f1-3 /proc/loadavg))" >&2
+  for ((rep = 1; rep <= REPS; rep++)); do
+    ours_ddp "$model" "$rep"
+    peer_ddp "$model" "$rep"
+  done
+  ours_single "$model"
+  ours_concurrent "$model"
+done
+echo "== done in $(( $(date +%s) - start )) s; JSON lines in $OUT" >&2
+
+"$PYTHON" - "$OUT" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+models = list(dict.fromkeys(r["model"] for r in rows))
+def med(model, run, agg=statistics.median):
+    v = [r["step_ms_median"] for r in rows if r["model"] == model and r["run"] == run]
+    return agg(v) if v else float("nan")
+print("| model | params | ours ms (2 ranks) | PyTorch ms (2 ranks) | ours/PyTorch | no-DDP 1 proc ms | 2 concurrent no-DDP ms |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for m in models:
+    params = {r["params"] for r in rows if r["model"] == m}
+    p = "{:,}".format(params.pop()) if len(params) == 1 else "MISMATCH " + str(sorted(params))
+    ours, peer = med(m, "ours_ddp"), med(m, "pytorch_ddp")
+    print(f"| {m} | {p} | {ours:.1f} | {peer:.1f} | {ours / peer:.2f} | "
+          f"{med(m, 'ours_noddp_1proc'):.1f} | {med(m, 'ours_noddp_2concurrent', max):.1f} |")
+PY
