@@ -1,6 +1,7 @@
 // ddp-cpp: distributed data-parallel training for libtorch. Include this one header.
 #pragma once
 
+#include "ddp/checkpoint.h"
 #include "ddp/collectives.h"
 #include "ddp/comm_hooks.h"
 #include "ddp/distributed_data_parallel.h"

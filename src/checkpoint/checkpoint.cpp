@@ -1,0 +1,285 @@
+#include "ddp/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <vector>
+
+#include "checkpoint/optimizer_state.h"
+#include "checkpoint/python_pickle.h"
+#include "common/error_context.h"
+#include "ddp/collectives.h"
+#include "ddp/errors.h"
+#include "ddp/init.h"
+
+namespace ddp {
+namespace {
+
+constexpr const char* kSave = "save_checkpoint";
+constexpr const char* kLoad = "load_checkpoint";
+constexpr const char* kPrefix = "module.";
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+std::string folder_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Writes `bytes` to `path` atomically: a uniquely named temporary file in the same folder,
+// written, fsync'ed and renamed over `path`, then the folder fsync'ed. Returns "" on success,
+// else the cause; the temporary file never survives a failure.
+std::string write_atomically(const std::string& path, const std::vector<char>& bytes) {
+  static std::atomic<unsigned> counter{0};
+  auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(now) + "." +
+                    std::to_string(counter++);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return "cannot create the temporary file " + tmp + ": " + errno_text(errno) +
+           ". Does the folder " + folder_of(path) + " exist and is it writable?";
+  }
+  auto give_up = [&](const std::string& step) {
+    int error = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return "cannot " + step + " " + tmp + ": " + errno_text(error);
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return give_up("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) return give_up("fsync");
+  int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) return give_up("close");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int error = errno;
+    ::unlink(tmp.c_str());
+    return "cannot rename " + tmp + " to " + path + ": " + errno_text(error);
+  }
+  int dir = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);  // best effort: the file is in place; some filesystems refuse fsync on folders
+    ::close(dir);
+  }
+  return "";
+}
+
+std::vector<char> serialize(const torch::nn::Module& module,
+                            const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
+  std::vector<std::pair<std::string, at::Tensor>> entries;
+  for (const auto& item : module.named_parameters()) entries.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) entries.emplace_back(item.key(), item.value());
+  // A module that wraps everything in a child named "module" (as Python's DDP does) is saved
+  // under the inner names, which any equivalent module loads.
+  bool prefixed = !entries.empty();
+  for (const auto& entry : entries) {
+    if (entry.first.rfind(kPrefix, 0) != 0) prefixed = false;
+  }
+  c10::Dict<std::string, at::Tensor> model;
+  for (const auto& [name, tensor] : entries) {
+    model.insert(prefixed ? name.substr(std::strlen(kPrefix)) : name, tensor.detach());
+  }
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("model", model);
+  if (optimizer != nullptr)
+    top.insert("optimizer", detail::optimizer_state_dict(*optimizer, kSave));
+  for (const auto& [key, value] : extra) {
+    if (key == "model" || key == "optimizer") {
+      detail::fail(kSave, "an extra entry is named \"" + key +
+                              "\", a name the checkpoint keeps for itself; rename it.");
+    }
+    top.insert(key, value);
+  }
+  return torch::jit::pickle_save(top);
+}
+
+std::string first_line(const std::string& text) {
+  auto end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const torch::nn::Module& module,
+                     const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
+  bool collective = is_initialized() && get_world_size() > 1;
+  int rank = is_initialized() ? get_rank() : 0;
+  std::string failure;
+  if (rank == 0) {
+    try {
+      failure = write_atomically(path, serialize(module, optimizer, extra));
+    } catch (const DistributedError& error) {
+      if (!collective) throw;
+      failure = error.what();
+    } catch (const std::exception& error) {
+      failure = "cannot serialize the checkpoint: " + first_line(error.what());
+    }
+  }
+  if (collective) {
+    // Rank 0 tells the others whether it wrote the file (and why not), so that they never wait
+    // for a file that will not come.
+    auto length = at::full({1}, static_cast<int64_t>(failure.size()), at::kLong);
+    broadcast(length, 0);
+    int64_t n = length.item<int64_t>();
+    if (n > 0) {
+      auto text = at::zeros({n}, at::kByte);
+      if (rank == 0) std::memcpy(text.data_ptr(), failure.data(), failure.size());
+      broadcast(text, 0);
+      if (rank != 0) {
+        std::string cause(static_cast<const char*>(text.data_ptr()), static_cast<size_t>(n));
+        detail::fail(kSave, "rank 0 failed to write " + path + ": " + cause);
+      }
+    } else {
+      barrier();
+    }
+  }
+  if (!failure.empty()) {
+    if (failure.rfind("[rank", 0) == 0) throw DistributedError(failure);
+    detail::fail(kSave, "failed to write " + path + ": " + failure);
+  }
+}
+
+ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
+                           torch::optim::Optimizer* optimizer, bool strict) {
+  return load_checkpoint(path, module, optimizer, LoadOptions().strict(strict));
+}
+
+ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
+                           torch::optim::Optimizer* optimizer, const LoadOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    detail::fail(kLoad, "cannot open " + path + ": " + errno_text(errno) + ".");
+  }
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue loaded;
+  try {
+    loaded = torch::jit::pickle_load(bytes);
+  } catch (const std::exception& error) {
+    // libtorch's unpickler cannot read Python's OrderedDicts (every state_dict()): read those.
+    try {
+      loaded = detail::load_python_pickle(path);
+    } catch (const std::exception&) {
+      detail::fail(kLoad, path +
+                              " is not a checkpoint in torch.save / ddp::save_checkpoint "
+                              "(pickle_save) format, or it is truncated (" +
+                              first_line(error.what()) + ").");
+    }
+  }
+  if (!loaded.isGenericDict()) {
+    detail::fail(kLoad, path + " holds a " + loaded.tagKind() +
+                            ", not a dict: expected a checkpoint or a state dict.");
+  }
+  auto top = loaded.toGenericDict();
+  // Ours and Python's {"model": state_dict, ...}, or a bare state dict.
+  c10::impl::GenericDict state = top;
+  ExtraState extra;
+  c10::IValue saved_optimizer;
+  auto model_it = top.find(std::string("model"));
+  if (model_it != top.end() && model_it->value().isGenericDict()) {
+    state = model_it->value().toGenericDict();
+    for (const auto& item : top) {
+      if (!item.key().isString()) continue;
+      const auto& key = item.key().toStringRef();
+      if (key == "model") continue;
+      if (key == "optimizer") {
+        saved_optimizer = item.value();
+      } else {
+        extra[key] = item.value();
+      }
+    }
+  }
+  std::map<std::string, at::Tensor> saved;
+  bool all_prefixed = state.size() > 0;
+  for (const auto& item : state) {
+    if (!item.key().isString() || !item.value().isTensor()) {
+      detail::fail(kLoad, path + "'s state dict has an entry that is not name -> tensor (" +
+                              item.key().tagKind() + " -> " + item.value().tagKind() + ").");
+    }
+    if (item.key().toStringRef().rfind(kPrefix, 0) != 0) all_prefixed = false;
+  }
+  for (const auto& item : state) {
+    std::string name = item.key().toStringRef();
+    if (all_prefixed) name = name.substr(std::strlen(kPrefix));  // a Python DDP model's
+    saved[name] = item.value().toTensor();
+  }
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+  std::vector<std::string> missing;
+  std::set<std::string> used;
+  auto match = [&](const std::string& name, const at::Tensor& target) {
+    auto it = saved.find(name);
+    if (it == saved.end()) {
+      missing.push_back(name);
+      return;
+    }
+    used.insert(name);
+    if (it->second.sizes() != target.sizes()) {
+      detail::fail(kLoad, "shape mismatch for \"" + name + "\": " + path + " has " +
+                              c10::str(it->second.sizes()) + ", the module has " +
+                              c10::str(target.sizes()) + ".");
+    }
+    copies.emplace_back(target, it->second);
+  };
+  // The module's names, without "module." where every one has it (as save_checkpoint writes them).
+  std::vector<std::pair<std::string, at::Tensor>> targets;
+  for (const auto& item : module.named_parameters()) targets.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) targets.emplace_back(item.key(), item.value());
+  bool module_prefixed = !targets.empty();
+  for (const auto& target : targets) {
+    if (target.first.rfind(kPrefix, 0) != 0) module_prefixed = false;
+  }
+  for (const auto& [name, tensor] : targets) {
+    match(module_prefixed ? name.substr(std::strlen(kPrefix)) : name, tensor);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [name, tensor] : saved) {
+    if (used.count(name) == 0) unexpected.push_back(name);
+  }
+  if (options.strict() && (!missing.empty() || !unexpected.empty())) {
+    std::string cause = path + " does not match the module:";
+    if (!missing.empty()) cause += " missing keys: " + join(missing) + ";";
+    if (!unexpected.empty()) cause += " unexpected keys: " + join(unexpected) + ";";
+    detail::fail(kLoad, cause + " load with LoadOptions().strict(false) to load what matches.");
+  }
+  if (optimizer != nullptr && saved_optimizer.isNone()) {
+    detail::fail(kLoad, path + " has no optimizer state (\"optimizer\"); pass no optimizer.");
+  }
+  // The optimizer first: it checks all of its state before changing any, so that a bad file
+  // leaves both the optimizer and the module as they were.
+  if (optimizer != nullptr) {
+    detail::load_optimizer_state_dict(*optimizer, saved_optimizer, path, kLoad);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [target, value] : copies) target.copy_(value);
+  }
+  return extra;
+}
+
+}  // namespace ddp
