@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make libtorch-dev libgloo-dev libopenblas0-pthread zlib1g-dev libgtest-dev
-          python3-torch)
+          python3-torch dataset-fashion-mnist)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

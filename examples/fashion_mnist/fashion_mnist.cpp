@@ -1,0 +1,217 @@
+// fashion_mnist: trains a CNN on Fashion-MNIST with DistributedDataParallel, one process per rank.
+//
+//   build/tools/ddprun/ddprun --standalone --nproc-per-node 2
+//   build/examples/fashion_mnist/fashion_mnist
+//
+// Each rank trains on its DistributedSampler shard (a new order each epoch), gradients are
+// averaged by DDP, test accuracy is computed across ranks after each epoch (each rank evaluates
+// its share; the counts are all-reduced), rank 0 saves a checkpoint after each epoch and writes
+// the metrics (CSV) and a plot (SVG). The last line is a JSON summary.
+#include <ddp/ddp.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "idx_reader.h"
+#include "metrics_plot.h"
+#include "progress.h"
+
+namespace {
+
+struct Options {
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  int epochs = 2;
+  int batch_size = 64;  // per rank
+  std::string optimizer = "adam";
+  double lr = 1e-3;
+  uint64_t seed = 0;
+  std::string checkpoint;
+  bool resume = false;
+  std::string metrics = "fashion_mnist_metrics.csv";
+  std::string plot = "fashion_mnist.svg";
+  int threads = 0;  // 0: keep OMP_NUM_THREADS / libtorch's default
+};
+
+const char* kUsage =
+    "usage: fashion_mnist [--data DIR] [--epochs N] [--batch-size B] [--optimizer adam|sgd]\n"
+    "                     [--lr LR] [--seed S] [--checkpoint PATH] [--resume]\n"
+    "                     [--metrics FILE.csv] [--plot FILE.svg] [--threads N]\n"
+    "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
+    "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
+    "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
+    "--metrics fashion_mnist_metrics.csv, --plot fashion_mnist.svg; --resume continues from\n"
+    "--checkpoint, written after every epoch.\n";
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(arg + " needs a value\n" + kUsage);
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else if (arg == "--data") {
+      o.data = value();
+    } else if (arg == "--epochs") {
+      o.epochs = std::stoi(value());
+    } else if (arg == "--batch-size") {
+      o.batch_size = std::stoi(value());
+    } else if (arg == "--optimizer") {
+      o.optimizer = value();
+    } else if (arg == "--lr") {
+      o.lr = std::stod(value());
+    } else if (arg == "--seed") {
+      o.seed = std::stoull(value());
+    } else if (arg == "--checkpoint") {
+      o.checkpoint = value();
+    } else if (arg == "--resume") {
+      o.resume = true;
+    } else if (arg == "--metrics") {
+      o.metrics = value();
+    } else if (arg == "--plot") {
+      o.plot = value();
+    } else if (arg == "--threads") {
+      o.threads = std::stoi(value());
+    } else {
+      throw std::runtime_error("unknown argument '" + arg + "'\n" + kUsage);
+    }
+  }
+  if (o.optimizer != "adam" && o.optimizer != "sgd") {
+    throw std::runtime_error("--optimizer must be adam or sgd, got '" + o.optimizer + "'");
+  }
+  if (o.resume && o.checkpoint.empty()) throw std::runtime_error("--resume needs --checkpoint");
+  return o;
+}
+
+// The reference CNN of the benchmarks: two convolutions, max-pooling, two linear layers.
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : conv1(register_module("conv1", torch::nn::Conv2d(1, 32, 3))),
+        conv2(register_module("conv2", torch::nn::Conv2d(32, 64, 3))),
+        fc1(register_module("fc1", torch::nn::Linear(9216, 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(conv1->forward(x));
+    x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2);
+    return fc2->forward(torch::relu(fc1->forward(torch::flatten(x, 1))));
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Net);
+
+// Each rank evaluates test samples rank, rank + world, ...; the counts are summed over ranks.
+double test_accuracy(Net& net, const fashion_mnist::Split& test, int rank, int world) {
+  torch::NoGradGuard no_grad;
+  net->eval();
+  auto mine = torch::arange(rank, test.images.size(0), world);
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < mine.size(0); begin += 1000) {
+    auto batch = mine.narrow(0, begin, std::min<int64_t>(1000, mine.size(0) - begin));
+    auto predicted = net->forward(test.images.index_select(0, batch)).argmax(1);
+    correct += predicted.eq(test.labels.index_select(0, batch)).sum().item<int64_t>();
+  }
+  net->train();
+  auto counts = torch::tensor({correct, mine.size(0)});
+  ddp::all_reduce(counts);
+  return static_cast<double>(counts[0].item<int64_t>()) / counts[1].item<int64_t>();
+}
+
+int run(const Options& o) {
+  ddp::init_process_group();
+  const int rank = ddp::get_rank();
+  const int world = ddp::get_world_size();
+  if (o.threads > 0) torch::set_num_threads(o.threads);
+  auto train = fashion_mnist::load_split(o.data, "train");
+  auto test = fashion_mnist::load_split(o.data, "t10k");
+
+  torch::manual_seed(o.seed);
+  Net net;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (o.optimizer == "adam") {
+    optimizer =
+        std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(o.lr));
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(net->parameters(),
+                                                    torch::optim::SGDOptions(o.lr).momentum(0.9));
+  }
+  int first_epoch = 0;
+  std::vector<fashion_mnist::EpochMetrics> history;
+  if (o.resume) {
+    auto extra = ddp::load_checkpoint(o.checkpoint, *net, optimizer.get());
+    first_epoch = static_cast<int>(extra.at("epoch").toInt());
+    if (rank == 0)
+      std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), first_epoch);
+  }
+  // After loading: DDP's construction broadcasts rank 0's parameters anyway.
+  ddp::DistributedDataParallel model(net);
+  ddp::DistributedSampler sampler(train.images.size(0), ddp::SamplerOptions().seed(o.seed));
+  const int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
+  double train_seconds = 0;
+  double accuracy = 0;
+  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    auto indices = torch::tensor(sampler.indices());
+    fashion_mnist::Progress progress(epoch + 1, o.epochs, steps, o.batch_size * world, rank == 0);
+    const auto start = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    for (int step = 0; step < steps; ++step) {
+      auto batch =
+          indices.narrow(0, step * o.batch_size,
+                         std::min<int64_t>(o.batch_size, indices.size(0) - step * o.batch_size));
+      optimizer->zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(model(train.images.index_select(0, batch)),
+                                                       train.labels.index_select(0, batch));
+      loss.backward();
+      optimizer->step();
+      loss_sum += loss.item<double>();
+      progress.update(step + 1, loss_sum / (step + 1));
+    }
+    progress.finish();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    train_seconds += seconds;
+    auto mean_loss = torch::tensor({loss_sum / steps}, torch::kDouble);
+    ddp::all_reduce(mean_loss, ddp::ReduceOp::AVG);
+    accuracy = test_accuracy(net, test, rank, world);
+    history.push_back({epoch + 1, mean_loss.item<double>(), accuracy,
+                       steps * o.batch_size * world / seconds, seconds});
+    if (!o.checkpoint.empty()) {
+      ddp::save_checkpoint(o.checkpoint, *net, optimizer.get(), {{"epoch", epoch + 1}});
+    }
+    if (rank == 0) {
+      std::printf("epoch %d: train loss %.4f, test accuracy %.4f, %.1f s\n", epoch + 1,
+                  history.back().train_loss, accuracy, seconds);
+      fashion_mnist::write_csv(o.metrics, history);
+      fashion_mnist::write_svg_plot(o.plot, history);
+    }
+  }
+  if (rank == 0) {
+    std::printf(
+        "{\"test_accuracy\": %.4f, \"epochs\": %d, \"world_size\": %d, "
+        "\"train_seconds\": %.1f, \"metrics\": \"%s\", \"plot\": \"%s\"}\n",
+        accuracy, o.epochs, world, train_seconds, o.metrics.c_str(), o.plot.c_str());
+  }
+  ddp::destroy_process_group();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "fashion_mnist: %s\n", error.what());
+    return 1;
+  }
+}

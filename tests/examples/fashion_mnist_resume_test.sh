@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The Fashion-MNIST example on 2 ranks, on a small synthetic IDX data set: a run interrupted after
+# epoch 1 and resumed from its checkpoint ends with exactly the parameters of an uninterrupted
+# run; the checkpoint is a dict that Python's torch.load reads; a missing data folder is named.
+# Usage: fashion_mnist_resume_test.sh DDPRUN FASHION_MNIST
+set -euo pipefail
+ddprun=$1
+example=$2
+python=/usr/bin/python3
+work=$(mktemp -d /tmp/fashion_mnist_test_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+# 256 training and 64 test images of 28x28, labels 0..9, written as gzip-compressed IDX files.
+"$python" - <<'PY'
+import gzip, os, random, struct
+random.seed(0)
+for split, count in (("train", 256), ("t10k", 64)):
+    labels = [random.randrange(10) for _ in range(count)]
+    pixels = bytes(random.randrange(256) if random.random() < 0.3 + 0.05 * labels[i // 784] else 0
+                   for i in range(count * 784))
+    os.makedirs("data", exist_ok=True)
+    with gzip.open(f"data/{split}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, count, 28, 28) + pixels)
+    with gzip.open(f"data/{split}-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">II", 0x801, count) + bytes(labels))
+PY
+
+run() { timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$example" --data data --batch-size 16 "$@"; }
+
+run --epochs 2 --checkpoint whole.pt --metrics whole.csv --plot whole.svg > whole.log
+run --epochs 1 --checkpoint resumed.pt > first.log
+run --epochs 2 --checkpoint resumed.pt --resume > second.log
+grep -q "resumed from resumed.pt after epoch 1" second.log
+tail -n 1 whole.log | grep -q '"test_accuracy"'
+tail -n 1 whole.log | grep -q '"world_size": 2'
+grep -q "^2," whole.csv
+grep -q "<svg" whole.svg
+
+"$python" - <<'PY'
+import torch
+whole, resumed = torch.load("whole.pt"), torch.load("resumed.pt")
+assert whole["epoch"] == resumed["epoch"] == 2, (whole["epoch"], resumed["epoch"])
+assert whole["model"].keys() == resumed["model"].keys()
+for name, tensor in whole["model"].items():
+    assert torch.equal(tensor, resumed["model"][name]), f"{name} differs after resume"
+print("resumed run equals the uninterrupted one:", len(whole["model"]), "tensors")
+PY
+
+if run --epochs 1 --data "$work/nowhere" > missing.log 2>&1; then exit 1; fi
+grep -q "nowhere/train-images-idx3-ubyte.gz" missing.log
+grep -q "dataset-fashion-mnist" missing.log
+echo "fashion_mnist example: OK"
