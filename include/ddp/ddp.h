@@ -4,6 +4,7 @@
 #include "ddp/checkpoint.h"
 #include "ddp/collectives.h"
 #include "ddp/comm_hooks.h"
+#include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"
 #include "ddp/errors.h"

@@ -1,0 +1,92 @@
+// The non-template parts of DataParallel: linked replicas and parallel application.
+#include "ddp/data_parallel.h"
+
+#include <ATen/ATen.h>
+#include <ATen/ThreadLocalState.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include <exception>
+#include <thread>
+
+#include "common/error_context.h"
+
+namespace ddp::detail {
+namespace {
+
+// The backward of replication: the gradients that every replica's copy of one parameter
+// received, summed onto the original's device and passed to the original's accumulator.
+// libtorch's ReduceAdd does the same, but its header comes with CUDA-only dependencies.
+struct SumReplicaGradients : torch::autograd::Node {
+  explicit SumReplicaGradients(c10::Device destination) : destination_(destination) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& inputs) override {
+    at::Tensor sum;
+    for (const auto& input : inputs) {
+      if (!input.defined()) continue;
+      sum = sum.defined() ? sum.add_(input.to(destination_)) : input.to(destination_).clone();
+    }
+    return {sum};
+  }
+
+ private:
+  c10::Device destination_;
+};
+
+}  // namespace
+
+std::shared_ptr<torch::nn::Module> replicate_linked(
+    const std::shared_ptr<torch::nn::Module>& module, const c10::Device& device) {
+  std::shared_ptr<torch::nn::Module> replica;
+  try {
+    replica = module->clone(device);
+  } catch (const std::exception& error) {
+    fail("DataParallel", std::string("cannot replicate the module: ") + error.what() +
+                             " DataParallel needs a module derived from torch::nn::Cloneable<Impl> "
+                             "(with a reset() that registers its submodules and parameters).");
+  }
+  auto originals = module->named_parameters(/*recurse=*/true);
+  auto copies = replica->named_parameters(/*recurse=*/true);
+  for (const auto& item : originals) {
+    at::Tensor original = item.value();
+    if (!original.requires_grad()) continue;
+    at::Tensor copy = copies[item.key()];
+    auto grad_fn = std::make_shared<SumReplicaGradients>(original.device());
+    grad_fn->set_next_edges(torch::autograd::collect_next_edges(original));
+    torch::autograd::set_history(copy, grad_fn);
+  }
+  return replica;
+}
+
+void run_in_parallel(const std::vector<std::function<void()>>& calls) {
+  std::vector<std::exception_ptr> errors(calls.size());
+  const at::ThreadLocalState state;  // grad mode and the like, for the helper threads
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < calls.size(); ++i) {
+    threads.emplace_back([&, i] {
+      at::ThreadLocalStateGuard guard(state);
+      try {
+        calls[i]();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  try {
+    if (!calls.empty()) calls[0]();
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (auto& thread : threads) thread.join();
+  for (const auto& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
+void check_data_parallel(const std::vector<c10::Device>& devices, const at::Tensor& input) {
+  if (devices.empty()) fail("DataParallel", "needs at least one device");
+  if (!input.defined() || input.dim() == 0) {
+    fail("DataParallel", "the input must be a tensor with a batch dimension (dim 0) to split");
+  }
+}
+
+}  // namespace ddp::detail
