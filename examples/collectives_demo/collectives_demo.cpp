@@ -1,6 +1,6 @@
 // collectives_demo: a tour of ddp-cpp's collectives for newcomers. Run it on 2 or more ranks:
 //
-//   build/tools/ddprun/ddprun --nproc-per-node 2 build/examples/collectives_demo/collectives_demo
+//   build/tools/ddprun/ddprun --nproc-per-node 2 build/examples/collectives_demo
 //
 // Every rank runs this same program. ddprun starts the processes and sets RANK, WORLD_SIZE,
 // MASTER_ADDR and MASTER_PORT, which init_process_group() reads (the "env://" init method).

@@ -1,7 +1,7 @@
 // fashion_mnist: trains a CNN on Fashion-MNIST with DistributedDataParallel, one process per rank.
 //
 //   build/tools/ddprun/ddprun --standalone --nproc-per-node 2
-//   build/examples/fashion_mnist/fashion_mnist
+//   build/examples/fashion_mnist
 //
 // Each rank trains on its DistributedSampler shard (a new order each epoch), gradients are
 // averaged by DDP, test accuracy is computed across ranks after each epoch (each rank evaluates
@@ -30,7 +30,7 @@ struct Options {
   std::string optimizer = "adam";
   double lr = 1e-3;
   uint64_t seed = 0;
-  std::string checkpoint;
+  std::string checkpoint = "fashion_mnist.pt";
   bool resume = false;
   std::string metrics = "fashion_mnist_metrics.csv";
   std::string plot = "fashion_mnist.svg";
@@ -44,8 +44,9 @@ const char* kUsage =
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
+    "--checkpoint fashion_mnist.pt (written after every epoch; --checkpoint '' for none),\n"
     "--metrics fashion_mnist_metrics.csv, --plot fashion_mnist.svg; --resume continues from\n"
-    "--checkpoint, written after every epoch.\n";
+    "the checkpoint, exactly as if the run had not stopped.\n";
 
 Options parse(int argc, char** argv) {
   Options o;
