@@ -1,6 +1,7 @@
 #include "process_group/gloo/gloo_backend.h"
 
 #include <algorithm>
+#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <vector>
 
@@ -20,6 +21,29 @@ std::vector<int> ranks_that_arrived(c10d::Store& store, int group_size) {
     }
   }
   return arrived;
+}
+
+// All ranks time out together. For the world group, group rank 0 hosts the store: if it exits
+// at once, the others can no longer ask the store who arrived. So the others say when they have
+// looked, and rank 0 waits for that, briefly and within bounds, before it reports its own error.
+void wait_until_every_arrived_rank_has_looked(c10d::Store& store, int group_rank,
+                                              const std::vector<int>& arrived,
+                                              std::chrono::milliseconds timeout) {
+  const std::string key = "ddp_rendezvous_diagnosed";
+  try {
+    if (group_rank != 0) {
+      store.add(key, 1);
+      return;
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::min(timeout, std::chrono::milliseconds(10000));
+    const int64_t others = static_cast<int64_t>(arrived.size()) - 1;
+    while (store.add(key, 0) < others && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (const std::exception&) {
+    // The store is gone: there is nobody left to wait for.
+  }
 }
 
 }  // namespace
@@ -53,6 +77,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_backend(
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, options);
   } catch (const std::exception& error) {
     std::vector<int> arrived = ranks_that_arrived(*store, group_size);
+    wait_until_every_arrived_rank_has_looked(*store, group_rank, arrived, timeout);
     if (static_cast<int>(arrived.size()) < group_size) {
       std::vector<int> missing;
       for (int rank = 0; rank < group_size; ++rank) {
