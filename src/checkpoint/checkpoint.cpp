@@ -33,6 +33,29 @@ constexpr const char* kPrefix = "module.";
 
 std::string errno_text(int error) { return std::strerror(error); }
 
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Drops "module." from every name when every name has it: the state of a Python DDP model, or of
+// a module that wraps its model in a child named "module". Any equivalent module then matches.
+NamedTensors without_common_prefix(NamedTensors entries) {
+  bool prefixed = !entries.empty();
+  for (const auto& entry : entries) {
+    if (entry.first.rfind(kPrefix, 0) != 0) prefixed = false;
+  }
+  if (prefixed) {
+    for (auto& entry : entries) entry.first = entry.first.substr(std::strlen(kPrefix));
+  }
+  return entries;
+}
+
+// A module's parameters and buffers under the names a checkpoint uses for them.
+NamedTensors module_state(const torch::nn::Module& module) {
+  NamedTensors entries;
+  for (const auto& item : module.named_parameters()) entries.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) entries.emplace_back(item.key(), item.value());
+  return without_common_prefix(std::move(entries));
+}
+
 std::string folder_of(const std::string& path) {
   auto slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -87,19 +110,8 @@ std::string write_atomically(const std::string& path, const std::vector<char>& b
 
 std::vector<char> serialize(const torch::nn::Module& module,
                             const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
-  std::vector<std::pair<std::string, at::Tensor>> entries;
-  for (const auto& item : module.named_parameters()) entries.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) entries.emplace_back(item.key(), item.value());
-  // A module that wraps everything in a child named "module" (as Python's DDP does) is saved
-  // under the inner names, which any equivalent module loads.
-  bool prefixed = !entries.empty();
-  for (const auto& entry : entries) {
-    if (entry.first.rfind(kPrefix, 0) != 0) prefixed = false;
-  }
   c10::Dict<std::string, at::Tensor> model;
-  for (const auto& [name, tensor] : entries) {
-    model.insert(prefixed ? name.substr(std::strlen(kPrefix)) : name, tensor.detach());
-  }
+  for (const auto& [name, tensor] : module_state(module)) model.insert(name, tensor.detach());
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("model", model);
   if (optimizer != nullptr)
@@ -215,20 +227,16 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
       }
     }
   }
-  std::map<std::string, at::Tensor> saved;
-  bool all_prefixed = state.size() > 0;
+  NamedTensors file_entries;
   for (const auto& item : state) {
     if (!item.key().isString() || !item.value().isTensor()) {
       detail::fail(kLoad, path + "'s state dict has an entry that is not name -> tensor (" +
                               item.key().tagKind() + " -> " + item.value().tagKind() + ").");
     }
-    if (item.key().toStringRef().rfind(kPrefix, 0) != 0) all_prefixed = false;
+    file_entries.emplace_back(item.key().toStringRef(), item.value().toTensor());
   }
-  for (const auto& item : state) {
-    std::string name = item.key().toStringRef();
-    if (all_prefixed) name = name.substr(std::strlen(kPrefix));  // a Python DDP model's
-    saved[name] = item.value().toTensor();
-  }
+  std::map<std::string, at::Tensor> saved;
+  for (auto& [name, tensor] : without_common_prefix(std::move(file_entries))) saved[name] = tensor;
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;
   std::vector<std::string> missing;
   std::set<std::string> used;
@@ -246,17 +254,7 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
     }
     copies.emplace_back(target, it->second);
   };
-  // The module's names, without "module." where every one has it (as save_checkpoint writes them).
-  std::vector<std::pair<std::string, at::Tensor>> targets;
-  for (const auto& item : module.named_parameters()) targets.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) targets.emplace_back(item.key(), item.value());
-  bool module_prefixed = !targets.empty();
-  for (const auto& target : targets) {
-    if (target.first.rfind(kPrefix, 0) != 0) module_prefixed = false;
-  }
-  for (const auto& [name, tensor] : targets) {
-    match(module_prefixed ? name.substr(std::strlen(kPrefix)) : name, tensor);
-  }
+  for (const auto& [name, tensor] : module_state(module)) match(name, tensor);
   std::vector<std::string> unexpected;
   for (const auto& [name, tensor] : saved) {
     if (used.count(name) == 0) unexpected.push_back(name);
