@@ -107,11 +107,13 @@ void reduce(at::Tensor& tensor, int dst, ReduceOp op, const ProcessGroup& group)
   }
 }
 
+namespace detail {
+
 Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs,
-                      const ProcessGroup& group) {
+                      const ProcessGroup& group, bool verify) {
   CollectiveCall call("all_gather", group);
   at::Tensor staged = call.stage(tensor);
-  call.verify_matching_call(staged);
+  if (verify) call.verify_matching_call(staged);
   outputs.clear();
   std::vector<std::vector<at::Tensor>> gathered(1);
   for (int i = 0; i < call.group().size(); ++i) gathered[0].push_back(at::empty_like(staged));
@@ -122,6 +124,13 @@ Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs
     outputs.push_back(tensor.is_complex() ? at::view_as_complex(buffer) : buffer);
   }
   return make_work(call, work, nullptr);
+}
+
+}  // namespace detail
+
+Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs,
+                      const ProcessGroup& group) {
+  return detail::all_gather_async(tensor, outputs, group, /*verify=*/true);
 }
 
 std::vector<at::Tensor> all_gather(const at::Tensor& tensor, const ProcessGroup& group) {

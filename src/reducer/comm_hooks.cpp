@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include "collectives/unverified.h"
-#include "ddp/collectives.h"
 
 namespace ddp::comm_hooks {
 
@@ -33,11 +32,12 @@ CommHook bf16_compress() {
     // Gloo has no bfloat16 (nor int16) support: move the raw bytes, add them up here in float32.
     at::Tensor compressed = (buffer / group.size()).to(at::kBFloat16).view(at::kByte);
     auto gathered = std::make_shared<std::vector<at::Tensor>>();
-    return all_gather_async(compressed, *gathered, group).then([buffer, gathered]() mutable {
-      at::Tensor sum = at::zeros(buffer.sizes(), buffer.options().dtype(at::kFloat));
-      for (const auto& part : *gathered) sum.add_(part.view(at::kBFloat16).to(at::kFloat));
-      buffer.copy_(sum.to(at::kBFloat16));
-    });
+    return detail::all_gather_async(compressed, *gathered, group, /*verify=*/false)
+        .then([buffer, gathered]() mutable {
+          at::Tensor sum = at::zeros(buffer.sizes(), buffer.options().dtype(at::kFloat));
+          for (const auto& part : *gathered) sum.add_(part.view(at::kBFloat16).to(at::kFloat));
+          buffer.copy_(sum.to(at::kBFloat16));
+        });
   };
 }
 
