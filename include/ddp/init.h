@@ -22,9 +22,14 @@ namespace ddp {
 ///   ddp::init_process_group(ddp::InitOptions().backend("gloo").init_method("tcp://10.0.0.1:23456")
 ///                               .rank(r).world_size(4));
 struct InitOptions {
-  /// "gloo", "auto" (the fastest backend available: gloo on CPU builds for now) or "nccl" (CUDA
-  /// builds of libtorch only); case-insensitive. Default: "gloo".
-  TORCH_ARG(std::string, backend) = "gloo";
+  /// "auto" (shared memory between the ranks of one host, gloo between hosts: see "shm"), "gloo",
+  /// "shm" (ranks of one host exchange through a POSIX shared-memory segment; ranks on several
+  /// hosts reduce within each host, then between one leader per host through gloo) or "nccl"
+  /// (CUDA builds of libtorch only); case-insensitive. "auto" is "shm" when some host runs two or
+  /// more ranks and "gloo" otherwise. Hosts are told apart by hostname, or by the environment
+  /// variable DDP_CPP_HOST_ID where set (a testing aid: ranks of one machine can pose as several
+  /// hosts). Jobs with Python ranks must use "gloo". Default: "auto".
+  TORCH_ARG(std::string, backend) = "auto";
   /// "env://" (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), "tcp://host:port" or "file:///path".
   /// Default: "env://".
   TORCH_ARG(std::string, init_method) = "env://";
@@ -57,7 +62,7 @@ int get_rank(const ProcessGroup& group = ProcessGroup());
 /// The number of ranks of `group` (the world by default), or -1 when this process is not a member.
 int get_world_size(const ProcessGroup& group = ProcessGroup());
 
-/// The backend name of the default group ("gloo", ...).
+/// The backend of the default group as resolved at init: "gloo" or "shm" ("auto" is resolved).
 std::string get_backend();
 
 /// Destroys every group; init_process_group may then be called again. Does nothing when no group
@@ -69,5 +74,9 @@ void destroy_process_group();
 /// and ranks outside [0, world_size) are errors. Non-members get a handle whose is_member() is
 /// false.
 ProcessGroup new_group(const std::vector<int>& ranks);
+
+/// As above, with its own backend ("gloo", "shm", "auto"), as torch.distributed.new_group's
+/// `backend` argument; the one-argument form uses the default group's.
+ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend);
 
 }  // namespace ddp

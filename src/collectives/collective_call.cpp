@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "common/error_context.h"
+#include "process_group/waits_at_once.h"
 
 namespace ddp::detail {
 
@@ -61,7 +62,8 @@ namespace {
 
 // Collectives by number, for the fingerprint; the index is what travels.
 const char* const kOperations[] = {"?",          "all_reduce", "broadcast", "reduce",
-                                   "all_gather", "gather",     "scatter",   "barrier"};
+                                   "all_gather", "gather",     "scatter",   "barrier",
+                                   "reduce_scatter"};
 
 int64_t operation_number(const std::string& operation) {
   for (int64_t i = 1; i < static_cast<int64_t>(std::size(kOperations)); ++i) {
@@ -98,6 +100,7 @@ void CollectiveCall::verify_matching_call(const at::Tensor& tensor, int root, in
   for (int i = 0; i < group_->size(); ++i) all[0].push_back(at::empty({kFields}, at::kLong));
   std::vector<at::Tensor> input{mine};
   try {
+    WaitsAtOnce waits;
     backend().allgather(all, input)->wait();
   } catch (const std::exception& error) {
     rethrow_backend_failure(operation_, error);

@@ -7,6 +7,7 @@
 #include "collectives/reduce_op.h"
 #include "collectives/unverified.h"
 #include "common/error_context.h"
+#include "process_group/waits_at_once.h"
 #include "process_group/work_state.h"
 
 namespace ddp {
@@ -80,6 +81,7 @@ Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group
 }
 
 void all_reduce(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group) {
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   all_reduce_async(tensor, op, group).wait();
 }
 
@@ -88,10 +90,12 @@ Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group) {
 }
 
 void broadcast(at::Tensor& tensor, int src, const ProcessGroup& group) {
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   broadcast_async(tensor, src, group).wait();
 }
 
 void reduce(at::Tensor& tensor, int dst, ReduceOp op, const ProcessGroup& group) {
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   CollectiveCall call("reduce", group);
   c10d::ReduceOptions options;
   options.rootRank = call.group_rank_of(dst, "dst");
@@ -134,12 +138,14 @@ Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs
 }
 
 std::vector<at::Tensor> all_gather(const at::Tensor& tensor, const ProcessGroup& group) {
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   std::vector<at::Tensor> outputs;
   all_gather_async(tensor, outputs, group).wait();
   return outputs;
 }
 
 std::vector<at::Tensor> gather(const at::Tensor& tensor, int dst, const ProcessGroup& group) {
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   CollectiveCall call("gather", group);
   c10d::GatherOptions options;
   options.rootRank = call.group_rank_of(dst, "dst");
@@ -161,6 +167,7 @@ std::vector<at::Tensor> gather(const at::Tensor& tensor, int dst, const ProcessG
 
 void scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, int src,
              const ProcessGroup& group) {
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   CollectiveCall call("scatter", group);
   c10d::ScatterOptions options;
   options.rootRank = call.group_rank_of(src, "src");
@@ -185,10 +192,9 @@ void scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, int src,
 
 void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, ReduceOp op,
                     const ProcessGroup& group) {
-  // Gloo has no reduce-scatter. One all-reduce of the concatenated inputs moves 2(n-1)/n of the
-  // data per rank where a ring reduce-scatter moves (n-1)/n: at most twice the optimum, in a single
-  // collective, against n separate reduce calls that would serialise on the roots.
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   int size = 0;
+  bool native = false;
   {
     CollectiveCall call("reduce_scatter", group);
     size = call.group().size();
@@ -199,8 +205,28 @@ void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, Redu
     for (size_t i = 0; i < inputs.size(); ++i) {
       call.check_same_shape(inputs[i], out, "inputs[" + std::to_string(i) + "]");
     }
-    call.stage(out, "out");
+    at::Tensor staged = call.stage(out, "out");
+    native = call.group().backend_name == "shm";
+    if (native) {
+      // The shm backend reduce-scatters natively: each rank reduces only its own part.
+      auto reduce = detail::backend_reduce(op, out, call);
+      call.verify_matching_call(staged, -1, static_cast<int>(op));
+      std::vector<at::Tensor> outputs{staged};
+      std::vector<std::vector<at::Tensor>> sources(1);
+      for (const auto& input : inputs) sources[0].push_back(call.stage(input, "input"));
+      c10d::ReduceScatterOptions options;
+      options.reduceOp = reduce.op;
+      wait_now(call, launch(call, [&] {
+        return call.backend().reduce_scatter(outputs, sources, options);
+      }));
+      if (reduce.divide_by_size) detail::divide_by(staged, size);
+      CollectiveCall::unstage(out, staged);
+      return;
+    }
   }
+  // Gloo has no reduce-scatter. One all-reduce of the concatenated inputs moves 2(n-1)/n of the
+  // data per rank where a ring reduce-scatter moves (n-1)/n: at most twice the optimum, in a single
+  // collective, against n separate reduce calls that would serialise on the roots.
   std::vector<at::Tensor> flat;
   for (const auto& input : inputs) flat.push_back(input.reshape(-1));
   at::Tensor all = at::cat(flat);
@@ -211,6 +237,7 @@ void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, Redu
 }
 
 void send(const at::Tensor& tensor, int dst, const ProcessGroup& group, int tag) {
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   CollectiveCall call("send", group);
   int peer = call.group_rank_of(dst, "dst");
   if (peer == call.group().group_rank) call.fail("a rank cannot send to itself");
@@ -219,6 +246,7 @@ void send(const at::Tensor& tensor, int dst, const ProcessGroup& group, int tag)
 }
 
 void recv(at::Tensor& tensor, int src, const ProcessGroup& group, int tag) {
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   CollectiveCall call("recv", group);
   int peer = call.group_rank_of(src, "src");
   if (peer == call.group().group_rank) call.fail("a rank cannot receive from itself");
@@ -229,6 +257,7 @@ void recv(at::Tensor& tensor, int src, const ProcessGroup& group, int tag) {
 }
 
 void barrier(const ProcessGroup& group) {
+  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   CollectiveCall call("barrier", group);
   call.verify_matching_call(at::Tensor());
   wait_now(call, launch(call, [&] { return call.backend().barrier(); }));

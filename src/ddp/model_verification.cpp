@@ -9,6 +9,7 @@
 #include "collectives/unverified.h"
 #include "common/error_context.h"
 #include "ddp/collectives.h"
+#include "process_group/waits_at_once.h"
 
 namespace ddp::detail {
 namespace {
@@ -108,7 +109,10 @@ void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGr
         ++end;
       }
       at::Tensor buffer = at::cat(flat);
-      broadcast_async(buffer, src, group, /*verify=*/false).wait();
+      {
+        WaitsAtOnce waits;
+        broadcast_async(buffer, src, group, /*verify=*/false).wait();
+      }
       int64_t offset = 0;
       for (size_t i = begin; i < end; ++i) {
         members[i].copy_(buffer.narrow(0, offset, members[i].numel()).view_as(members[i]));

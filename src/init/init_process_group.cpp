@@ -1,12 +1,16 @@
 // init_process_group, destroy_process_group, new_group and the queries of the default group.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "common/error_context.h"
 #include "ddp/init.h"
 #include "process_group/default_group.h"
 #include "process_group/gloo/gloo_backend.h"
+#include "process_group/shm/shm_process_group.h"
 #include "rendezvous/rendezvous_spec.h"
 #include "rendezvous/store_barrier.h"
 #include "rendezvous/store_factory.h"
@@ -14,10 +18,14 @@
 namespace ddp {
 namespace {
 
-// The backend of every group of this job, chosen at init.
+// The backend of every group of this job, chosen at init, with what the shm backend needs to
+// know: which host each global rank is on, and the job and attempt that name its segments.
 struct BackendConfig {
-  std::string name;
+  std::string name;  // "gloo", "shm" or "auto"
   detail::GlooDeviceChoice device;
+  std::vector<std::string> host_ids;  // by global rank; empty for "gloo"
+  std::string job;
+  int attempt = 0;
 };
 BackendConfig& backend_config() {
   static BackendConfig config;
@@ -28,21 +36,76 @@ std::string normalize_backend(const std::string& requested) {
   std::string name = requested;
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  // "auto" picks the fastest backend available for the job; on CPU builds that is gloo until the
-  // shared-memory transport lands.
-  if (name == "gloo" || name == "auto") return "gloo";
+  if (name == "gloo" || name == "shm" || name == "auto") return name;
   if (name == "nccl") {
     detail::fail("init_process_group",
                  "backend 'nccl' is not available: this libtorch was built without CUDA, so "
                  "ddp-cpp compiles NCCL out. Use backend \"gloo\" (or \"auto\").");
   }
   detail::fail("init_process_group", "unknown backend '" + requested +
-                                         "'; known backends: \"gloo\", \"auto\" (and \"nccl\" on "
+                                         "'; known backends: \"gloo\", \"shm\", \"auto\" (and \"nccl\" on "
                                          "CUDA builds of libtorch)");
 }
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+std::string environment_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? std::string(value) : fallback;
+}
+
+// This rank's host identity: DDP_CPP_HOST_ID when set (a testing aid: ranks of one machine that
+// declare different ids are treated as being on different hosts), else the hostname.
+std::string host_identity() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) name[0] = 0;
+  return environment_or("DDP_CPP_HOST_ID", name);
+}
+
+// Creates the backend of `group` (a member) as group.backend_name says, on top of the group's
+// flat gloo backend (made first by the caller: its rendezvous names any rank that never arrives),
+// which the shm backend keeps for what shared memory does not carry.
+c10::intrusive_ptr<c10d::ProcessGroup> make_backend(
+    const BackendConfig& config, detail::GroupState& group,
+    c10::intrusive_ptr<c10d::ProcessGroup> gloo, const std::string& operation) {
+  if (group.backend_name == "gloo") return gloo;
+  std::vector<std::string> ids;
+  for (int rank : group.global_ranks) ids.push_back(config.host_ids[rank]);
+  detail::ShmGroupOptions options;
+  options.job = config.job;
+  options.attempt = config.attempt;
+  options.group = group.name;
+  options.timeout = group.timeout;
+  options.topology = detail::HostTopology::from_ids(ids);
+  options.global_ranks = group.global_ranks;
+  options.gloo = std::move(gloo);
+  const auto timeout = group.timeout;
+  const auto device = config.device;
+  options.make_gloo = [timeout, device, operation](const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int rank, int size) {
+    return detail::make_gloo_backend(store, rank, size, timeout, device, operation);
+  };
+  return c10::make_intrusive<detail::ShmProcessGroup>(group.store, group.group_rank, group.size(),
+                                                      std::move(options), operation);
+}
+
+// Learns which host every rank is on, and the job's names for the shm segments. Collective over
+// the world.
+void learn_hosts(BackendConfig& config, c10d::Store& store, int rank, int world_size) {
+  config.host_ids = detail::exchange_host_ids(store, rank, world_size, host_identity());
+  config.job = environment_or("TORCHELASTIC_RUN_ID", "job");
+  config.attempt = std::atoi(environment_or("TORCHELASTIC_RESTART_COUNT", "0").c_str());
+}
+
+// The backend a group gets: "gloo" or "shm", resolving "auto" from where its ranks are.
+std::string resolve_backend(const BackendConfig& config, const std::vector<int>& global_ranks) {
+  if (config.name == "gloo") return "gloo";
+  if (config.name == "shm") return "shm";
+  std::vector<std::string> ids;
+  for (int rank : global_ranks) ids.push_back(config.host_ids[rank]);
+  return detail::HostTopology::from_ids(ids).any_host_shared() ? "shm" : "gloo";
 }
 
 }  // namespace
@@ -81,16 +144,18 @@ void init_process_group(const InitOptions& options) {
   auto world = std::make_shared<detail::GroupState>();
   world->global_rank = spec.rank;
   world->group_rank = spec.rank;
-  world->backend_name = config.name;
   world->timeout = options.timeout();
   world->verify_collectives = options.verify_collectives();
   for (int rank = 0; rank < spec.world_size; ++rank) world->global_ranks.push_back(rank);
   world->name = std::to_string(detail::take_group_number());
   world->store = c10::make_intrusive<c10d::PrefixStore>(world->name, store);
   try {
-    world->backend =
-        detail::make_gloo_backend(world->store, spec.rank, spec.world_size, options.timeout(),
-                                  config.device, "init_process_group at " + spec.describe());
+    const std::string operation = "init_process_group at " + spec.describe();
+    auto gloo = detail::make_gloo_backend(world->store, spec.rank, spec.world_size,
+                                          options.timeout(), config.device, operation);
+    if (config.name != "gloo") learn_hosts(config, *store, spec.rank, spec.world_size);
+    world->backend_name = resolve_backend(config, world->global_ranks);
+    world->backend = make_backend(config, *world, std::move(gloo), operation);
     rendezvous::store_based_barrier(*store, /*group_count=*/1, spec.world_size, options.timeout(),
                                     "init_process_group");
     // As torch.distributed does after the barrier: rank 0 publishes the collective sequence
@@ -118,7 +183,22 @@ std::string get_backend() { return ProcessGroup().state()->backend_name; }
 void destroy_process_group() { detail::destroy_all_groups(); }
 
 ProcessGroup new_group(const std::vector<int>& ranks) {
+  return new_group(ranks, backend_config().name);
+}
+
+ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend) {
   auto world = ProcessGroup().state();
+  BackendConfig& config = backend_config();
+  BackendConfig group_config = config;
+  group_config.name = normalize_backend(backend);
+  if (group_config.name != "gloo" && config.host_ids.empty()) {
+    // The world was made with gloo: learn where the ranks are now (collective over the world,
+    // like new_group itself).
+    learn_hosts(config, *detail::default_store(), world->global_rank, world->size());
+    group_config.host_ids = config.host_ids;
+    group_config.job = config.job;
+    group_config.attempt = config.attempt;
+  }
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
@@ -139,7 +219,7 @@ ProcessGroup new_group(const std::vector<int>& ranks) {
   group->global_ranks = sorted;
   group->global_rank = world->global_rank;
   group->group_rank = group->to_group_rank(world->global_rank);
-  group->backend_name = world->backend_name;
+  group->backend_name = resolve_backend(group_config, sorted);
   group->timeout = world->timeout;
   group->verify_collectives = world->verify_collectives;
   int number = detail::take_group_number();
@@ -147,9 +227,10 @@ ProcessGroup new_group(const std::vector<int>& ranks) {
   auto store = detail::default_store();
   group->store = c10::make_intrusive<c10d::PrefixStore>(group->name, store);
   if (group->is_member()) {
-    group->backend = detail::make_gloo_backend(group->store, group->group_rank, group->size(),
-                                               group->timeout, backend_config().device,
-                                               "new_group(" + detail::join_ints(sorted) + ")");
+    const std::string operation = "new_group(" + detail::join_ints(sorted) + ")";
+    auto gloo = detail::make_gloo_backend(group->store, group->group_rank, group->size(),
+                                          group->timeout, config.device, operation);
+    group->backend = make_backend(group_config, *group, std::move(gloo), operation);
   }
   rendezvous::store_based_barrier(*store, number + 1, world->size(), world->timeout, "new_group");
   if (group->is_member()) group->backend->setSequenceNumberForGroup();

@@ -9,6 +9,7 @@
 
 #include "collectives/unverified.h"
 #include "common/error_context.h"
+#include "process_group/waits_at_once.h"
 #include "reducer/bucket_assignment.h"
 
 namespace ddp::detail {
@@ -117,7 +118,10 @@ void Reducer::rebuild_buckets() {
   for (size_t i = 0; i < ready_order_.size(); ++i) {
     order[static_cast<int64_t>(i)] = static_cast<int64_t>(ready_order_[i]);
   }
-  broadcast_async(order, group_.ranks()[0], group_, /*verify=*/false).wait();
+  {
+    WaitsAtOnce waits;
+    broadcast_async(order, group_.ranks()[0], group_, /*verify=*/false).wait();
+  }
   std::vector<size_t> rank0_order;
   for (int64_t i = 0; i < order.numel(); ++i) {
     rank0_order.push_back(static_cast<size_t>(order[i].item<int64_t>()));

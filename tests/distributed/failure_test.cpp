@@ -48,42 +48,48 @@ TEST(Failure, RankThatNeverArrivesIsReportedAfterTheTimeout) {
   for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
 }
 
+// Both transports: gloo notices a closed connection, shm a process that is gone.
 TEST(Failure, PeerThatDiesDuringACollectiveFailsTheSurvivors) {
-  Launch launch;
-  launch.world_size = 3;
-  auto outcomes = run_ranks(launch, [](int rank) {
-    ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(20)));
-    auto t = torch::ones({1 << 20});
-    ddp::all_reduce(t);
-    if (rank == 1) ::raise(SIGKILL);  // dies between two collectives of the others
-    auto start = std::chrono::steady_clock::now();
-    expect_error(
-        [&] {
-          for (int i = 0; i < 50; ++i) ddp::all_reduce(t);
-        },
-        {"ddp::all_reduce failed"});
-    EXPECT_LT(elapsed_ms(start), 20000 + 5000);
-  });
-  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].describe();
-  EXPECT_EQ(outcomes[1].signal, SIGKILL);
-  EXPECT_EQ(outcomes[2].exit_code, 0) << outcomes[2].describe();
+  for (std::string backend : {"gloo", "shm"}) {
+    Launch launch;
+    launch.world_size = 3;
+    auto outcomes = run_ranks(launch, [backend](int rank) {
+      ddp::init_process_group(
+          ddp::InitOptions().backend(backend).timeout(std::chrono::seconds(20)));
+      auto t = torch::ones({1 << 20});
+      ddp::all_reduce(t);
+      if (rank == 1) ::raise(SIGKILL);  // dies between two collectives of the others
+      auto start = std::chrono::steady_clock::now();
+      expect_error(
+          [&] {
+            for (int i = 0; i < 50; ++i) ddp::all_reduce(t);
+          },
+          {"] ddp::all_", "exited"});
+      EXPECT_LT(elapsed_ms(start), 20000 + 5000);
+    });
+    EXPECT_EQ(outcomes[0].exit_code, 0) << backend << ": " << outcomes[0].describe();
+    EXPECT_EQ(outcomes[1].signal, SIGKILL) << backend;
+    EXPECT_EQ(outcomes[2].exit_code, 0) << backend << ": " << outcomes[2].describe();
+  }
 }
 
 TEST(Failure, PeerThatStopsRespondingFailsTheOthersAfterTheTimeout) {
-  Launch launch;
-  launch.timeout = std::chrono::seconds(30);
-  auto outcomes = run_ranks(launch, [](int rank) {
-    ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout));
-    if (rank == 1) {
-      ::alarm(10);  // bounded: SIGALRM ends this rank
-      ::pause();
-    }
-    auto start = std::chrono::steady_clock::now();
-    auto t = torch::ones({16});
-    expect_error([&] { ddp::all_reduce(t); }, {"[rank 0] ddp::all_reduce failed", "timeout"});
-    EXPECT_LT(elapsed_ms(start), 9000);
-  });
-  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].describe();
+  for (std::string backend : {"gloo", "shm"}) {
+    Launch launch;
+    launch.timeout = std::chrono::seconds(30);
+    auto outcomes = run_ranks(launch, [backend](int rank) {
+      ddp::init_process_group(ddp::InitOptions().backend(backend).timeout(kShortTimeout));
+      if (rank == 1) {
+        ::alarm(10);  // bounded: SIGALRM ends this rank
+        ::pause();
+      }
+      auto start = std::chrono::steady_clock::now();
+      auto t = torch::ones({16});
+      expect_error([&] { ddp::all_reduce(t); }, {"[rank 0] ddp::all_", "InitOptions().timeout"});
+      EXPECT_LT(elapsed_ms(start), 9000);
+    });
+    EXPECT_EQ(outcomes[0].exit_code, 0) << backend << ": " << outcomes[0].describe();
+  }
 }
 
 TEST(Failure, StorePortAlreadyInUseIsNamed) {

@@ -33,7 +33,7 @@ dist.destroy_process_group()
 void cpp_rank(int rank) {
   // The fingerprint check is an exchange of ddp-cpp's own: PyTorch ranks do not make it.
   ddp::init_process_group(
-      ddp::InitOptions().verify_collectives(false).timeout(std::chrono::seconds(30)));
+      ddp::InitOptions().backend("gloo").verify_collectives(false).timeout(std::chrono::seconds(30)));
   auto t = torch::full({4}, rank + 1.0);
   ddp::all_reduce(t);
   EXPECT_EQ(t[0].item<float>(), 3.0f);
@@ -94,7 +94,7 @@ store.wait(["/worker/attempt_1/test_done"])
     ::setenv("WORLD_SIZE", "2", 1);
     ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
     ::setenv("TORCHELASTIC_RESTART_COUNT", "1", 1);
-    ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(30)));
+    ddp::init_process_group(ddp::InitOptions().backend("gloo").timeout(std::chrono::seconds(30)));
     auto t = torch::full({2}, rank + 1.0);
     ddp::all_reduce(t);
     EXPECT_EQ(t[0].item<float>(), 3.0f);

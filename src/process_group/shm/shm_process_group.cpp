@@ -1,0 +1,255 @@
+#include "process_group/shm/shm_process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "common/error_context.h"
+#include "process_group/shm/op_queue.h"
+#include "process_group/shm/shm_reduce.h"
+
+namespace ddp::detail {
+namespace {
+
+// Shared memory takes dense CPU tensors; anything else (a CUDA tensor on a CUDA build) goes to
+// gloo, which knows what to do with it.
+bool fits_shm(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.device().is_cpu() && tensor.layout() == c10::kStrided &&
+         tensor.is_contiguous();
+}
+
+bool fits_shm(const std::vector<at::Tensor>& tensors, const at::Tensor& like) {
+  for (const auto& tensor : tensors) {
+    if (!fits_shm(tensor) || tensor.scalar_type() != like.scalar_type() ||
+        tensor.numel() != like.numel()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+ShmProcessGroup::ShmProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                 ShmGroupOptions options, const std::string& operation)
+    : c10d::ProcessGroup(rank, size), topology_(std::move(options.topology)) {
+  host_ = topology_.host_of[rank];
+  gloo_ = std::move(options.gloo);
+  if (topology_.hosts() > 1 && topology_.leader(host_) == rank) {
+    int leader_index = host_;  // hosts are numbered in the order of their leaders
+    leaders_ = options.make_gloo(c10::make_intrusive<c10d::PrefixStore>("shm_leaders", store),
+                                 leader_index, topology_.hosts());
+  }
+  const auto& members = topology_.members[host_];
+  if (members.size() > 1) {
+    ShmGroupSetup setup;
+    setup.job = options.job;
+    setup.attempt = options.attempt;
+    setup.group = options.group;
+    setup.host_index = host_;
+    setup.local_rank = topology_.local_rank(rank);
+    for (int member : members) setup.global_ranks.push_back(options.global_ranks[member]);
+    setup.timeout = options.timeout;
+    local_ = std::make_unique<ShmCommunicator>(*store, setup, operation);
+  }
+  queue_ = OpQueue::start();
+}
+
+ShmProcessGroup::~ShmProcessGroup() {
+  queue_->shut_down("ddp: the process group was destroyed before this collective ran");
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::enqueue(c10d::OpType type,
+                                                        std::function<void()> body) {
+  return queue_->submit(getRank(), type, std::move(body));
+}
+
+void ShmProcessGroup::all_reduce_now(at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
+  if (local_) local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(), op);
+  if (topology_.hosts() > 1) {
+    if (leaders_) {
+      std::vector<at::Tensor> tensors{tensor};
+      c10d::AllreduceOptions options;
+      options.reduceOp = op;
+      try {
+        leaders_->allreduce(tensors, options)->wait();
+      } catch (const std::exception& error) {
+        if (local_) local_->abort(std::string("all_reduce between hosts: ") + error.what());
+        throw;
+      }
+    }
+    if (local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0);
+  }
+}
+
+void ShmProcessGroup::broadcast_now(at::Tensor& tensor, int root) {
+  const int root_host = topology_.host_of[root];
+  if (host_ == root_host && local_) {
+    local_->broadcast(tensor.data_ptr(), tensor.nbytes(), topology_.local_rank(root));
+  }
+  if (topology_.hosts() == 1) return;
+  if (leaders_) {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root_host;  // leader index == host index
+    try {
+      leaders_->broadcast(tensors, options)->wait();
+    } catch (const std::exception& error) {
+      if (local_) local_->abort(std::string("broadcast between hosts: ") + error.what());
+      throw;
+    }
+  }
+  if (host_ != root_host && local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::AllreduceOptions& opts) {
+  if (tensors.size() != 1 || !fits_shm(tensors[0])) return gloo_->allreduce(tensors, opts);
+  at::Tensor tensor = tensors[0];
+  const auto op = opts.reduceOp.op_;
+  check_reducible(tensor.scalar_type(), op, "all_reduce");
+  return enqueue(c10d::OpType::ALLREDUCE, [this, tensor, op]() mutable {
+    all_reduce_now(tensor, op);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  if (tensors.size() != 1 || !fits_shm(tensors[0]) || opts.rootTensor != 0) {
+    return gloo_->broadcast(tensors, opts);
+  }
+  at::Tensor tensor = tensors[0];
+  const int root = static_cast<int>(opts.rootRank);
+  if (root < 0 || root >= getSize()) {
+    fail("broadcast", "root rank " + std::to_string(root) + " is outside the group of " +
+                          std::to_string(getSize()));
+  }
+  return enqueue(c10d::OpType::BROADCAST,
+                 [this, tensor, root]() mutable { broadcast_now(tensor, root); });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const bool shm = single_host() && local_ && inputs.size() == 1 && outputs.size() == 1 &&
+                   fits_shm(inputs[0]) &&
+                   static_cast<int>(outputs[0].size()) == getSize() &&
+                   fits_shm(outputs[0], inputs[0]);
+  if (!shm) return gloo_->allgather(outputs, inputs, opts);
+  at::Tensor input = inputs[0];
+  std::vector<at::Tensor> targets = outputs[0];
+  return enqueue(c10d::OpType::ALLGATHER, [this, input, targets] {
+    std::vector<void*> pointers;
+    for (const auto& target : targets) pointers.push_back(target.data_ptr());
+    local_->all_gather(input.data_ptr(), input.nbytes(), pointers);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  if (outputs.size() != 1 || inputs.size() != 1 ||
+      static_cast<int>(inputs[0].size()) != getSize() || !fits_shm(outputs[0]) ||
+      !fits_shm(inputs[0], outputs[0])) {
+    fail("reduce_scatter", "the shm backend takes one dense CPU output and one input per group "
+                           "rank, all of the output's size and dtype");
+  }
+  at::Tensor output = outputs[0];
+  std::vector<at::Tensor> sources = inputs[0];
+  const auto op = opts.reduceOp.op_;
+  check_reducible(output.scalar_type(), op, "reduce_scatter");
+  return enqueue(c10d::OpType::REDUCE_SCATTER, [this, output, sources, op]() mutable {
+    if (single_host() && !local_) {  // a group of one
+      output.copy_(sources[0]);
+      return;
+    }
+    if (single_host()) {
+      std::vector<const void*> pointers;
+      for (const auto& source : sources) pointers.push_back(source.data_ptr());
+      local_->reduce_scatter(output.data_ptr(), pointers, output.numel(), output.scalar_type(),
+                             op);
+      return;
+    }
+    // Across hosts: one hierarchical all-reduce of everything, keep this rank's part.
+    std::vector<at::Tensor> flat;
+    for (const auto& source : sources) flat.push_back(source.reshape(-1));
+    at::Tensor all = at::cat(flat);
+    all_reduce_now(all, op);
+    output.copy_(all.narrow(0, getRank() * output.numel(), output.numel()).view(output.sizes()));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::barrier(const c10d::BarrierOptions& opts) {
+  if (!single_host() || !local_) return gloo_->barrier(opts);
+  return enqueue(c10d::OpType::BARRIER, [this] { local_->barrier(); });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  return gloo_->allreduce_coalesced(tensors, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::ReduceOptions& opts) {
+  return gloo_->reduce(tensors, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  return gloo_->_allgather_base(output, input, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  return gloo_->allgather_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  return gloo_->gather(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  return gloo_->scatter(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+  return gloo_->alltoall_base(output, input, output_splits, input_splits, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::alltoall(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllToAllOptions& opts) {
+  return gloo_->alltoall(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::send(std::vector<at::Tensor>& tensors, int dst,
+                                                     int tag) {
+  return gloo_->send(tensors, dst, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::recv(std::vector<at::Tensor>& tensors, int src,
+                                                     int tag) {
+  return gloo_->recv(tensors, src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                              int tag) {
+  return gloo_->recvAnysource(tensors, tag);
+}
+
+void ShmProcessGroup::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  gloo_->monitoredBarrier(opts, wait_all_ranks);
+}
+
+void ShmProcessGroup::setSequenceNumberForGroup() { gloo_->setSequenceNumberForGroup(); }
+
+uint64_t ShmProcessGroup::getSequenceNumberForGroup() {
+  return gloo_->getSequenceNumberForGroup();
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,124 @@
+#include "process_group/shm/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/error_context.h"
+
+namespace ddp::detail {
+namespace {
+
+std::string errno_text(int error) { return std::string(std::strerror(error)); }
+
+void* map_whole(int fd, size_t bytes) {
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return data == MAP_FAILED ? nullptr : data;
+}
+
+}  // namespace
+
+ShmSegment ShmSegment::create(const std::string& name, size_t bytes, const std::string& operation) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // Left by an earlier process with the same pid that was killed before it could unlink.
+    shm_unlink(name.c_str());
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
+  if (fd < 0) {
+    fail(operation, "cannot create the shared-memory segment /dev/shm" + name + ": " +
+                        errno_text(errno) + ". Use backend \"gloo\" where /dev/shm is unavailable.");
+  }
+  ShmSegment segment;
+  segment.name_ = name;
+  segment.owns_name_ = true;
+  int error = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (error != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    fail(operation, "cannot reserve " + std::to_string(bytes >> 20) +
+                        " MiB in /dev/shm for the shared-memory transport: " + errno_text(error) +
+                        ". Enlarge /dev/shm (in Docker: --shm-size=1g) or use backend \"gloo\".");
+  }
+  segment.data_ = map_whole(fd, bytes);
+  error = errno;
+  close(fd);
+  if (!segment.data_) {
+    shm_unlink(name.c_str());
+    fail(operation, "cannot map the shared-memory segment " + name + ": " + errno_text(error));
+  }
+  segment.size_ = bytes;
+  return segment;
+}
+
+ShmSegment ShmSegment::open(const std::string& name, size_t bytes, const std::string& operation) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    fail(operation, "cannot open the shared-memory segment /dev/shm" + name +
+                        " made by this host's first rank: " + errno_text(errno) +
+                        ". Ranks that declare one host must share /dev/shm (same machine, same "
+                        "container).");
+  }
+  struct stat info {};
+  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != bytes) {
+    close(fd);
+    fail(operation, "the shared-memory segment " + name + " has " +
+                        std::to_string(info.st_size) + " bytes, expected " +
+                        std::to_string(bytes) + "; the ranks of this host disagree on the group");
+  }
+  ShmSegment segment;
+  segment.name_ = name;
+  segment.data_ = map_whole(fd, bytes);
+  int error = errno;
+  close(fd);
+  if (!segment.data_) {
+    fail(operation, "cannot map the shared-memory segment " + name + ": " + errno_text(error));
+  }
+  segment.size_ = bytes;
+  return segment;
+}
+
+ShmSegment::ShmSegment(ShmSegment&& other) noexcept { *this = std::move(other); }
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
+  if (this != &other) {
+    this->~ShmSegment();
+    name_ = std::move(other.name_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    owns_name_ = std::exchange(other.owns_name_, false);
+  }
+  return *this;
+}
+
+ShmSegment::~ShmSegment() {
+  unlink();
+  if (data_) munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+void ShmSegment::unlink() {
+  if (owns_name_) shm_unlink(name_.c_str());
+  owns_name_ = false;
+}
+
+std::string shm_segment_name(const std::string& job, int attempt, const std::string& group,
+                             int host_index, int creator_pid) {
+  std::string clean;
+  for (char c : job.substr(0, 64)) {
+    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '_' || c == '-';
+    clean += keep ? c : '_';
+  }
+  if (clean.empty()) clean = "job";
+  return "/ddp-cpp." + clean + "." + std::to_string(attempt) + ".g" + group + ".h" +
+         std::to_string(host_index) + ".p" + std::to_string(creator_pid);
+}
+
+}  // namespace ddp::detail

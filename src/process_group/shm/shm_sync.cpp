@@ -1,0 +1,213 @@
+#include "process_group/shm/shm_sync.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "common/error_context.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DDP_CPU_RELAX() _mm_pause()
+#else
+#define DDP_CPU_RELAX() ((void)0)
+#endif
+
+namespace ddp::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Spin this long before yielding, and yield this long before sleeping: a peer already inside the
+// same collective arrives within a few microseconds, and a futex round trip costs about as much
+// as the whole small collective. Past that the peer is still computing, and the core is better
+// given to it (this machine has as many cores as ranks).
+constexpr auto kSpin = std::chrono::microseconds(20);
+constexpr auto kYield = std::chrono::microseconds(100);
+// A sleeping waiter wakes at least this often to check deadline, peers and abort.
+constexpr auto kNap = std::chrono::milliseconds(20);
+
+bool reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+bool process_is_alive(int pid) {
+  if (pid <= 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  std::string line;
+  std::getline(stat, line);
+  // "pid (comm) S ...": the state follows the last ')'; comm may itself contain ')'.
+  size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  char state = line[close + 2];
+  return state != 'Z' && state != 'X' && state != 'x';
+}
+
+ShmSync::ShmSync(ShmHeader* header, RankSlot* slots, int local_rank, int local_size,
+                 std::vector<int> global_ranks)
+    : header_(header),
+      slots_(slots),
+      local_rank_(local_rank),
+      local_size_(local_size),
+      global_ranks_(std::move(global_ranks)),
+      phase_(slots[local_rank].arrive.load()) {}
+
+void ShmSync::arrive() {
+  RankSlot& mine = slots_[local_rank_];
+  ++phase_;
+  mine.arrive.store(phase_, std::memory_order_seq_cst);
+  // seq_cst on both sides (store arrive / load sleepers here, increment sleepers / load arrive in
+  // the waiter) makes sure that one of the two sees the other: no lost wake-up.
+  if (mine.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&mine.arrive);
+}
+
+void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
+                       const char* operation) {
+  RankSlot& slot = slots_[peer];
+  if (reached(slot.arrive.load(std::memory_order_acquire), target)) return;
+  const auto start = Clock::now();
+  auto now = start;
+  unsigned spins = 0;
+  while (now - start < kSpin) {
+    for (int i = 0; i < 64; ++i) {
+      if (reached(slot.arrive.load(std::memory_order_acquire), target)) return;
+      DDP_CPU_RELAX();
+    }
+    if ((++spins & 7) == 0) throw_if_aborted(operation);
+    now = Clock::now();
+  }
+  while (now - start < kSpin + kYield) {
+    if (reached(slot.arrive.load(std::memory_order_acquire), target)) return;
+    sched_yield();
+    now = Clock::now();
+  }
+  while (true) {
+    // A peer that arrived and then left or died did its part: look at its counter again after
+    // learning that it is gone (it stores the counter first).
+    if (!peer_is_present(peer, operation)) {
+      if (reached(slot.arrive.load(std::memory_order_seq_cst), target)) return;
+      fail_wait(peer, why_absent(peer), operation);
+    }
+    now = Clock::now();
+    if (now >= deadline) {
+      fail_wait(peer,
+                "timed out after " +
+                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       now - start)
+                                       .count()) +
+                    " ms waiting for rank " + std::to_string(global_ranks_[peer]) +
+                    " (it is alive but has not reached this collective: it is slower, stuck, "
+                    "or issuing different collectives). Raise InitOptions().timeout if it is "
+                    "only slow.",
+                operation);
+    }
+    slot.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t value = slot.arrive.load(std::memory_order_seq_cst);
+    if (!reached(value, target)) {
+      futex_wait(&slot.arrive, value, std::min<Clock::duration>(kNap, deadline - now));
+    }
+    slot.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (reached(slot.arrive.load(std::memory_order_acquire), target)) return;
+  }
+}
+
+void ShmSync::wait_for_all(uint32_t target, Clock::time_point deadline, const char* operation) {
+  for (int peer = 0; peer < local_size_; ++peer) {
+    if (peer != local_rank_) wait_for(peer, target, deadline, operation);
+  }
+}
+
+void ShmSync::publish_call(uint64_t call, uint64_t kind, uint64_t dtype, uint64_t count) {
+  auto& fields = slots_[local_rank_].call[call & 1];
+  fields[0].store(kind, std::memory_order_relaxed);
+  fields[1].store(dtype, std::memory_order_relaxed);
+  fields[2].store(count, std::memory_order_relaxed);
+  // Ordered before the next arrive() by its seq_cst store.
+}
+
+void ShmSync::check_call(int peer, uint64_t call, const char* operation) const {
+  const auto& mine = slots_[local_rank_].call[call & 1];
+  const auto& theirs = slots_[peer].call[call & 1];
+  for (int i = 0; i < 3; ++i) {
+    if (mine[i].load(std::memory_order_relaxed) != theirs[i].load(std::memory_order_relaxed)) {
+      fail(operation,
+           "rank " + std::to_string(global_ranks_[peer]) +
+               " issued a different collective, or one on a tensor of another size or dtype, "
+               "at the same point (call kind/dtype/count " +
+               std::to_string(theirs[0].load()) + "/" + std::to_string(theirs[1].load()) + "/" +
+               std::to_string(theirs[2].load()) + " against this rank's " +
+               std::to_string(mine[0].load()) + "/" + std::to_string(mine[1].load()) + "/" +
+               std::to_string(mine[2].load()) +
+               "). Every rank of a group must issue the same collectives in the same order.");
+    }
+  }
+}
+
+void ShmSync::abort(const std::string& reason) {
+  int32_t none = -1;
+  if (header_->aborted_by.compare_exchange_strong(none, local_rank_)) {
+    std::snprintf(header_->abort_reason, sizeof(header_->abort_reason), "%s", reason.c_str());
+  }
+  for (int peer = 0; peer < local_size_; ++peer) futex_wake_all(&slots_[peer].arrive);
+}
+
+void ShmSync::throw_if_aborted(const char* operation) const {
+  int32_t by = header_->aborted_by.load(std::memory_order_acquire);
+  if (by < 0) return;
+  fail(operation, "rank " + std::to_string(global_ranks_[by]) +
+                      " failed a collective of this group and aborted it: " +
+                      std::string(header_->abort_reason, strnlen(header_->abort_reason,
+                                                                 sizeof(header_->abort_reason))));
+}
+
+void ShmSync::mark_left() {
+  slots_[local_rank_].left.store(1, std::memory_order_seq_cst);
+  futex_wake_all(&slots_[local_rank_].arrive);
+}
+
+bool ShmSync::peer_is_present(int peer, const char* operation) const {
+  throw_if_aborted(operation);
+  const RankSlot& slot = slots_[peer];
+  return !slot.left.load(std::memory_order_seq_cst) &&
+         process_is_alive(slot.pid.load(std::memory_order_acquire));
+}
+
+std::string ShmSync::why_absent(int peer) const {
+  const RankSlot& slot = slots_[peer];
+  if (slot.left.load()) {
+    return "rank " + std::to_string(global_ranks_[peer]) +
+           " destroyed its process group while this rank waits for it in a collective; every "
+           "rank must issue the same collectives before destroy_process_group()";
+  }
+  return "rank " + std::to_string(global_ranks_[peer]) + " (pid " +
+         std::to_string(slot.pid.load()) +
+         ") exited during the collective; see that rank's output for why";
+}
+
+void ShmSync::fail_wait(int peer, const std::string& cause, const char* operation) {
+  (void)peer;
+  abort("rank " + std::to_string(global_ranks_[local_rank_]) + ": " + cause);
+  fail(operation, cause);
+}
+
+}  // namespace ddp::detail

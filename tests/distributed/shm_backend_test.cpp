@@ -1,0 +1,339 @@
+// The shm backend: every collective against its definition and against flat gloo, on one host
+// and posing as several hosts (DDP_CPP_HOST_ID), its failures, and what it leaves in /dev/shm.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+
+#include "ddp/ddp.h"
+#include "support/multiprocess.h"
+
+using ddp::testing::elapsed_ms;
+using ddp::testing::Launch;
+using ddp::testing::run_ranks;
+using ddp::testing::run_ranks_ok;
+
+namespace {
+
+const auto kTimeout = std::chrono::seconds(30);
+
+// A job id per test, so that the test can look for its own segments in /dev/shm.
+std::string job_id(const std::string& test) { return "shmtest-" + test + "-" + std::to_string(getpid()); }
+
+void init_shm(const std::string& job, const std::string& backend = "shm") {
+  ::setenv("TORCHELASTIC_RUN_ID", job.c_str(), 1);
+  ddp::init_process_group(ddp::InitOptions().backend(backend).timeout(kTimeout));
+}
+
+std::vector<std::string> segments_of(const std::string& job) {
+  std::vector<std::string> found;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(dir)) {
+      std::string name = entry->d_name;
+      if (name.find(job) != std::string::npos) found.push_back(name);
+    }
+    closedir(dir);
+  }
+  return found;
+}
+
+// Rank r's input: small integers (exact in every dtype and in any summation order, and whose
+// product over 4 ranks still fits int8), varying with the position.
+torch::Tensor input_of(int rank, int64_t numel, torch::ScalarType dtype, bool bits) {
+  auto index = torch::arange(numel, torch::kLong);
+  auto values = bits ? torch::bitwise_left_shift(torch::ones_like(index), (index + rank) % 6)
+                     : (index * 7 + rank * 3) % 3 + 1;
+  return values.to(dtype);
+}
+
+torch::Tensor expected_reduction(int world, int64_t numel, torch::ScalarType dtype,
+                                 ddp::ReduceOp op) {
+  const bool bits = op == ddp::ReduceOp::BAND || op == ddp::ReduceOp::BOR ||
+                    op == ddp::ReduceOp::BXOR;
+  auto acc = input_of(0, numel, torch::kLong, bits);
+  for (int r = 1; r < world; ++r) {
+    auto x = input_of(r, numel, torch::kLong, bits);
+    switch (op) {
+      case ddp::ReduceOp::SUM: acc = acc + x; break;
+      case ddp::ReduceOp::PRODUCT: acc = acc * x; break;
+      case ddp::ReduceOp::MIN: acc = torch::minimum(acc, x); break;
+      case ddp::ReduceOp::MAX: acc = torch::maximum(acc, x); break;
+      case ddp::ReduceOp::BAND: acc = torch::bitwise_and(acc, x); break;
+      case ddp::ReduceOp::BOR: acc = torch::bitwise_or(acc, x); break;
+      case ddp::ReduceOp::BXOR: acc = torch::bitwise_xor(acc, x); break;
+      default: break;
+    }
+  }
+  return acc.to(dtype);
+}
+
+// Sizes around the transport's thresholds: one element, odd counts, the one-phase limit (32 KiB),
+// several 1 MiB rounds with an uneven last slice.
+const int64_t kCounts[] = {1, 7, 1000, 8192 + 3, (3 << 18) + 5};
+
+void expect_all_reduce_matches_definition(int world, int rank) {
+  const torch::ScalarType dtypes[] = {torch::kFloat, torch::kDouble, torch::kHalf,
+                                      torch::kBFloat16, torch::kInt, torch::kLong,
+                                      torch::kByte, torch::kChar};
+  for (auto dtype : dtypes) {
+    const bool integral = c10::isIntegralType(dtype, false);
+    std::vector<ddp::ReduceOp> ops{ddp::ReduceOp::SUM, ddp::ReduceOp::PRODUCT,
+                                   ddp::ReduceOp::MIN, ddp::ReduceOp::MAX};
+    if (integral) {
+      ops.insert(ops.end(), {ddp::ReduceOp::BAND, ddp::ReduceOp::BOR, ddp::ReduceOp::BXOR});
+    }
+    for (auto op : ops) {
+      for (int64_t numel : kCounts) {
+        const bool bits = op == ddp::ReduceOp::BAND || op == ddp::ReduceOp::BOR ||
+                          op == ddp::ReduceOp::BXOR;
+        auto t = input_of(rank, numel, dtype, bits);
+        ddp::all_reduce(t, op);
+        auto expected = expected_reduction(world, numel, dtype, op);
+        ASSERT_TRUE(torch::equal(t, expected))
+            << ddp::to_string(op) << " " << c10::toString(dtype) << " x" << numel << " world "
+            << world;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ShmBackend, AllReduceMatchesTheDefinitionForEveryDtypeOpAndSize) {
+  for (int world : {2, 3}) {
+    const std::string job = job_id("defs" + std::to_string(world));
+    run_ranks_ok(world, [world, job](int rank) {
+      init_shm(job);
+      ASSERT_EQ(ddp::get_backend(), "shm");
+      expect_all_reduce_matches_definition(world, rank);
+      ddp::destroy_process_group();
+    });
+    EXPECT_TRUE(segments_of(job).empty()) << segments_of(job)[0];
+  }
+}
+
+TEST(ShmBackend, BroadcastAllGatherReduceScatterAndBarrier) {
+  const int world = 3;
+  run_ranks_ok(world, [](int rank) {
+    init_shm(job_id("colls"));
+    for (int64_t numel : kCounts) {
+      for (int root = 0; root < world; ++root) {
+        auto t = rank == root ? torch::arange(numel, torch::kFloat) + root
+                              : torch::full({numel}, -1.0f);
+        ddp::broadcast(t, root);
+        ASSERT_TRUE(torch::equal(t, torch::arange(numel, torch::kFloat) + root)) << numel;
+      }
+      auto mine = torch::arange(numel, torch::kLong) * (rank + 1);
+      auto gathered = ddp::all_gather(mine);
+      ASSERT_EQ(gathered.size(), size_t(world));
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(torch::equal(gathered[r], torch::arange(numel, torch::kLong) * (r + 1)));
+      }
+      std::vector<torch::Tensor> inputs;
+      for (int dst = 0; dst < world; ++dst) {
+        inputs.push_back(torch::arange(numel, torch::kDouble) + 10 * dst + rank);
+      }
+      auto out = torch::empty({numel}, torch::kDouble);
+      ddp::reduce_scatter(out, inputs, ddp::ReduceOp::SUM);
+      // sum over ranks r of (i + 10 * me + r) = world * (i + 10 * me) + 0 + 1 + 2
+      ASSERT_TRUE(torch::equal(out, world * (torch::arange(numel, torch::kDouble) + 10 * rank) + 3));
+      ddp::reduce_scatter(out, inputs, ddp::ReduceOp::AVG);
+      ASSERT_TRUE(torch::equal(out, torch::arange(numel, torch::kDouble) + 10 * rank + 1));
+      ddp::barrier();
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(ShmBackend, AsyncCollectivesRunInIssueOrderWithoutAWait) {
+  // Rank 0 issues async all-reduces and then blocks in a gloo collective that needs rank 1,
+  // which waits for those all-reduces synchronously: only the background thread can make progress.
+  run_ranks_ok(2, [](int rank) {
+    init_shm(job_id("async"));
+    auto gloo = ddp::new_group({0, 1}, "gloo");
+    std::vector<torch::Tensor> tensors;
+    std::vector<ddp::Work> works;
+    for (int i = 0; i < 4; ++i) tensors.push_back(torch::full({1 << 16}, float(i + rank)));
+    if (rank == 0) {
+      for (auto& t : tensors) works.push_back(ddp::all_reduce_async(t));
+      auto token = torch::ones({1});
+      ddp::all_reduce(token, ddp::ReduceOp::SUM, gloo);
+      for (auto& w : works) w.wait();
+    } else {
+      for (auto& t : tensors) ddp::all_reduce(t);
+      auto token = torch::ones({1});
+      ddp::all_reduce(token, ddp::ReduceOp::SUM, gloo);
+    }
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(tensors[i][0].item<float>(), float(2 * i + 1));
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(ShmBackend, HierarchicalAcrossPosedHostsEqualsFlatGloo) {
+  // Four ranks on this machine posing as two or three hosts, leaders first and interleaved.
+  const std::vector<std::vector<std::string>> layouts = {
+      {"a", "a", "b", "b"}, {"a", "b", "a", "b"}, {"a", "a", "a", "b"}, {"a", "b", "c", "b"}};
+  for (const auto& hosts : layouts) {
+    const std::string job = job_id("hier");
+    run_ranks_ok(4, [&hosts, job](int rank) {
+      ::setenv("DDP_CPP_HOST_ID", hosts[rank].c_str(), 1);
+      init_shm(job, "auto");
+      ASSERT_EQ(ddp::get_backend(), "shm");
+      auto gloo = ddp::new_group({0, 1, 2, 3}, "gloo");
+      for (int64_t numel : kCounts) {
+        for (auto op : {ddp::ReduceOp::SUM, ddp::ReduceOp::MAX, ddp::ReduceOp::PRODUCT}) {
+          auto ours = input_of(rank, numel, torch::kFloat, false);
+          auto flat = ours.clone();
+          ddp::all_reduce(ours, op);
+          ddp::all_reduce(flat, op, gloo);
+          ASSERT_TRUE(torch::equal(ours, flat)) << ddp::to_string(op) << " x" << numel;
+        }
+        for (int root = 0; root < 4; ++root) {
+          auto ours = rank == root ? torch::arange(numel, torch::kLong) : torch::zeros({numel}, torch::kLong);
+          ddp::broadcast(ours, root);
+          ASSERT_TRUE(torch::equal(ours, torch::arange(numel, torch::kLong))) << "root " << root;
+        }
+        auto gathered = ddp::all_gather(torch::full({numel}, rank, torch::kInt));
+        for (int r = 0; r < 4; ++r) ASSERT_EQ(gathered[r][numel - 1].item<int>(), r);
+        std::vector<torch::Tensor> inputs;
+        for (int dst = 0; dst < 4; ++dst) inputs.push_back(torch::full({numel}, 10 * dst + rank, torch::kLong));
+        auto out = torch::empty({numel}, torch::kLong);
+        ddp::reduce_scatter(out, inputs, ddp::ReduceOp::SUM);
+        ASSERT_EQ(out[0].item<int64_t>(), 40 * rank + 6);
+        ddp::barrier();
+      }
+      ddp::destroy_process_group();
+    });
+    EXPECT_TRUE(segments_of(job).empty());
+  }
+}
+
+TEST(ShmBackend, AutoChoosesGlooWhenEveryRankIsOnItsOwnHost) {
+  run_ranks_ok(2, [](int rank) {
+    ::setenv("DDP_CPP_HOST_ID", rank == 0 ? "left" : "right", 1);
+    init_shm(job_id("auto"), "auto");
+    EXPECT_EQ(ddp::get_backend(), "gloo");
+    auto t = torch::ones({3});
+    ddp::all_reduce(t);
+    EXPECT_EQ(t[0].item<float>(), 2.0f);
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(ShmBackend, SubgroupsGetTheirOwnSegments) {
+  const std::string job = job_id("sub");
+  run_ranks_ok(4, [job](int rank) {
+    init_shm(job);
+    auto evens = ddp::new_group({0, 2});
+    auto odds = ddp::new_group({1, 3});
+    auto& mine = rank % 2 == 0 ? evens : odds;
+    auto t = torch::full({100000}, float(rank));
+    ddp::all_reduce(t, ddp::ReduceOp::SUM, mine);
+    EXPECT_EQ(t[99999].item<float>(), rank % 2 == 0 ? 2.0f : 4.0f);
+    auto w = torch::full({5}, float(rank));
+    ddp::all_reduce(w);
+    EXPECT_EQ(w[0].item<float>(), 6.0f);
+    ddp::destroy_process_group();
+  });
+  EXPECT_TRUE(segments_of(job).empty());
+}
+
+// Failures --------------------------------------------------------------------------------------
+
+namespace {
+
+template <typename Action>
+std::string error_of(Action&& action) {
+  try {
+    action();
+  } catch (const ddp::DistributedError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(ShmBackendFailure, RankKilledMidCollectiveFailsTheOthersQuickly) {
+  const std::string job = job_id("kill");
+  Launch launch;
+  launch.world_size = 3;
+  auto outcomes = run_ranks(launch, [job](int rank) {
+    ::setenv("TORCHELASTIC_RUN_ID", job.c_str(), 1);
+    ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(std::chrono::seconds(60)));
+    auto big = torch::ones({1 << 24});  // 64 MiB: many rounds, so the kill lands inside one
+    if (rank == 1) {
+      auto work = ddp::all_reduce_async(big);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let it get going (not a sync)
+      ::raise(SIGKILL);
+    }
+    auto start = std::chrono::steady_clock::now();
+    std::string error = error_of([&] {
+      for (int i = 0; i < 20; ++i) ddp::all_reduce(big);
+    });
+    EXPECT_NE(error.find("ddp::all_reduce"), std::string::npos) << error;
+    EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+    EXPECT_LT(elapsed_ms(start), 20000) << "detection should take milliseconds, not the timeout";
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].describe();
+  EXPECT_EQ(outcomes[1].signal, SIGKILL) << outcomes[1].describe();
+  EXPECT_EQ(outcomes[2].exit_code, 0) << outcomes[2].describe();
+  EXPECT_TRUE(segments_of(job).empty());
+}
+
+TEST(ShmBackendFailure, SlowPeerTimesOutAndMismatchedCallsAreNamed) {
+  Launch launch;
+  launch.timeout = std::chrono::seconds(40);
+  auto outcomes = run_ranks(launch, [](int rank) {
+    ::setenv("TORCHELASTIC_RUN_ID", job_id("slow").c_str(), 1);
+    ddp::init_process_group(ddp::InitOptions()
+                                .backend("shm")
+                                .verify_collectives(false)
+                                .timeout(std::chrono::seconds(3)));
+    // Mismatched sizes, with the library's fingerprint off: the transport itself notices.
+    auto t = torch::ones({rank == 0 ? 10 : 20});
+    std::string mismatch = error_of([&] { ddp::all_reduce(t); });
+    EXPECT_NE(mismatch.find("issued a different collective"), std::string::npos) << mismatch;
+    // After a failure the group stays broken, with the reason.
+    std::string after = error_of([&] { ddp::barrier(); });
+    EXPECT_NE(after.find("aborted"), std::string::npos) << after;
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+
+  outcomes = run_ranks(launch, [](int rank) {
+    ::setenv("TORCHELASTIC_RUN_ID", job_id("slow2").c_str(), 1);
+    ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(std::chrono::seconds(3)));
+    if (rank == 1) {
+      ::alarm(10);  // bounded: SIGALRM ends this rank
+      ::pause();
+    }
+    auto start = std::chrono::steady_clock::now();
+    auto t = torch::ones({16});
+    std::string error = error_of([&] { ddp::all_reduce(t); });
+    EXPECT_NE(error.find("timed out"), std::string::npos) << error;
+    EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+    EXPECT_LT(elapsed_ms(start), 9000);
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].describe();
+}
+
+TEST(ShmBackendFailure, NoSegmentIsLeftAfterAnErrorExitOrAKill) {
+  const std::string job = job_id("exit");
+  Launch launch;
+  launch.world_size = 2;
+  auto outcomes = run_ranks(launch, [job](int rank) {
+    ::setenv("TORCHELASTIC_RUN_ID", job.c_str(), 1);
+    ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(kTimeout));
+    auto t = torch::ones({4});
+    ddp::all_reduce(t);
+    if (rank == 0) ::raise(SIGKILL);  // the segment's creator, without any cleanup
+    ::_exit(1);                        // an error exit, without destroy_process_group
+  });
+  EXPECT_EQ(outcomes[0].signal, SIGKILL);
+  EXPECT_EQ(outcomes[1].exit_code, 1);
+  EXPECT_TRUE(segments_of(job).empty()) << segments_of(job)[0];
+}
