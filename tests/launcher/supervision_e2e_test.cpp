@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <unistd.h>
+
+#include <fstream>
 #include <regex>
 
 #include "launcher_harness.h"
@@ -163,6 +166,28 @@ TEST(Supervision, WorkersDieWhenDdprunIsKilled) {
     EXPECT_TRUE(WaitProcessGone(static_cast<pid_t>(std::stol((*it)[1])), 5));
   }
   EXPECT_EQ(checked, 2) << run.out;
+}
+
+TEST(Supervision, SegmentsOfAKilledWorkerAreRemovedFromDevShm) {
+  // A worker killed between creating a shared-memory segment and unlinking it (the shm backend's
+  // short window) leaves it in /dev/shm; ddprun removes it once it has reaped the worker. Another
+  // process's segment is left alone.
+  const std::string other = "/dev/shm/ddp-cpp.ddprun-test.0.g0.h0.p1";
+  { std::ofstream(other.c_str()) << "x"; }
+  LauncherRun run = RunLauncher(
+      {"--nproc-per-node", "2", "--max-restarts", "0", "sh", "-c",
+       "f=/dev/shm/ddp-cpp.ddprun-test.0.g0.h$RANK.p$$; echo x > $f; echo $f; kill -9 $$"});
+  EXPECT_FALSE(run.timed_out);
+  EXPECT_NE(run.exit_code, 0);
+  std::regex made("/dev/shm/ddp-cpp[^ \n]*");
+  int checked = 0;
+  for (std::sregex_iterator it(run.out.begin(), run.out.end(), made), end; it != end; ++it) {
+    EXPECT_NE(access(it->str().c_str(), F_OK), 0) << it->str() << " is still there";
+    ++checked;
+  }
+  EXPECT_GE(checked, 1) << run.out;
+  EXPECT_EQ(access(other.c_str(), F_OK), 0);
+  unlink(other.c_str());
 }
 
 }  // namespace

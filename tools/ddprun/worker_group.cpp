@@ -17,6 +17,7 @@
 #include "exit_status.h"
 #include "fd_io.h"
 #include "line_prefixer.h"
+#include "shm_cleanup.h"
 
 namespace ddprun {
 namespace {
@@ -128,6 +129,7 @@ class Supervisor {
         SignalRunning(SIGKILL);
         for (Worker& worker : workers_) {
           if (worker.running) waitpid(worker.pid, &worker.status, 0);
+          if (worker.running) RemoveSegmentsOfWorker(worker.pid);
           worker.running = false;
         }
         break;
@@ -247,6 +249,7 @@ class Supervisor {
       if (reaped < 0) status = 1 << 8;  // ECHILD: lost track of it; count it as exit code 1.
       worker.running = false;
       worker.status = status;
+      RemoveSegmentsOfWorker(worker.pid);
       // Take in its last words now, so that the failure summary is complete.
       Pump(worker.out);
       Pump(worker.err);
