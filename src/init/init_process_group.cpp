@@ -93,8 +93,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_backend(
 
 // Learns which host every rank is on, and the job's names for the shm segments. Collective over
 // the world.
-void learn_hosts(BackendConfig& config, c10d::Store& store, int rank, int world_size) {
-  config.host_ids = detail::exchange_host_ids(store, rank, world_size, host_identity());
+void learn_hosts(BackendConfig& config, c10d::Store& store, int rank, int world_size,
+                 std::chrono::milliseconds timeout, const std::string& operation) {
+  config.host_ids =
+      detail::exchange_host_ids(store, rank, world_size, host_identity(), timeout, operation);
   config.job = environment_or("TORCHELASTIC_RUN_ID", "job");
   config.attempt = std::atoi(environment_or("TORCHELASTIC_RESTART_COUNT", "0").c_str());
 }
@@ -153,7 +155,9 @@ void init_process_group(const InitOptions& options) {
     const std::string operation = "init_process_group at " + spec.describe();
     auto gloo = detail::make_gloo_backend(world->store, spec.rank, spec.world_size,
                                           options.timeout(), config.device, operation);
-    if (config.name != "gloo") learn_hosts(config, *store, spec.rank, spec.world_size);
+    if (config.name != "gloo") {
+      learn_hosts(config, *store, spec.rank, spec.world_size, options.timeout(), operation);
+    }
     world->backend_name = resolve_backend(config, world->global_ranks);
     world->backend = make_backend(config, *world, std::move(gloo), operation);
     rendezvous::store_based_barrier(*store, /*group_count=*/1, spec.world_size, options.timeout(),
@@ -194,7 +198,8 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend
   if (group_config.name != "gloo" && config.host_ids.empty()) {
     // The world was made with gloo: learn where the ranks are now (collective over the world,
     // like new_group itself).
-    learn_hosts(config, *detail::default_store(), world->global_rank, world->size());
+    learn_hosts(config, *detail::default_store(), world->global_rank, world->size(),
+                world->timeout, "new_group");
     group_config.host_ids = config.host_ids;
     group_config.job = config.job;
     group_config.attempt = config.attempt;

@@ -70,6 +70,35 @@ TEST(PyTorchInterop, PythonRankJoinsACppRankZeroJob) { run_mixed(/*python_rank=*
 
 TEST(PyTorchInterop, CppRankJoinsAPythonRankZeroJob) { run_mixed(/*python_rank=*/0); }
 
+// With the default backend ("auto") the ddp-cpp rank waits for every rank's host identity, which a
+// Python rank never publishes: init must fail within the timeout, naming that rank and the fix,
+// rather than hang or fail later with a store error.
+TEST(PyTorchInterop, DefaultBackendWithAPythonRankNamesItAndAsksForGloo) {
+  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
+  constexpr const char* kPythonPeer = R"(
+import datetime, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+)";
+  ddp::testing::Launch launch;
+  launch.timeout = std::chrono::seconds(60);
+  auto outcomes = ddp::testing::run_ranks(launch, [kPythonPeer](int rank) {
+    if (rank == 1) {
+      ::execl(kPython, kPython, "-c", kPythonPeer, static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Rank 0 hosts the store, so the Python rank fails fast once this one has exited.
+    try {
+      ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(3)));
+      ADD_FAILURE() << "init_process_group succeeded with a Python rank and backend \"auto\"";
+    } catch (const ddp::DistributedError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank(s) 1 joined"), std::string::npos) << what;
+      EXPECT_NE(what.find("backend(\"gloo\")"), std::string::npos) << what;
+    }
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].describe();
+}
+
 // torchrun's static rendezvous: its agent hosts the store on MASTER_PORT and sets
 // TORCHELASTIC_USE_AGENT_STORE=True; every worker, rank 0 included, is a client whose keys live
 // under "/worker/attempt_<restart count>". Here a Python process hosts the store as the agent

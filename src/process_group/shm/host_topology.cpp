@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "common/error_context.h"
+
 namespace ddp::detail {
 
 int HostTopology::local_rank(int group_rank) const {
@@ -38,13 +40,38 @@ HostTopology HostTopology::from_ids(const std::vector<std::string>& host_id_by_r
   return topology;
 }
 
+namespace {
+
+std::string host_id_key(int rank) { return "ddp_host_id/" + std::to_string(rank); }
+
+}  // namespace
+
 std::vector<std::string> exchange_host_ids(c10d::Store& store, int rank, int world_size,
-                                           const std::string& host_id) {
-  store.set("ddp_host_id/" + std::to_string(rank),
-            std::vector<uint8_t>(host_id.begin(), host_id.end()));
+                                           const std::string& host_id,
+                                           std::chrono::milliseconds timeout,
+                                           const std::string& operation) {
+  store.set(host_id_key(rank), std::vector<uint8_t>(host_id.begin(), host_id.end()));
+  std::vector<std::string> keys;
+  for (int other = 0; other < world_size; ++other) keys.push_back(host_id_key(other));
+  try {
+    store.wait(keys, timeout);
+  } catch (const c10::Error&) {
+    std::string missing;
+    for (int other = 0; other < world_size; ++other) {
+      if (store.check({host_id_key(other)})) continue;
+      missing += (missing.empty() ? "" : ", ") + std::to_string(other);
+    }
+    if (missing.empty()) throw;  // the store itself failed
+    fail(operation,
+         "rank(s) " + missing + " joined the group but did not say which host they are on within " +
+             std::to_string(timeout.count()) +
+             " ms. Backend \"auto\" and \"shm\" need every rank to be a ddp-cpp rank; a job "
+             "with torch.distributed (Python) ranks must use backend(\"gloo\") on the ddp-cpp "
+             "side.");
+  }
   std::vector<std::string> ids;
-  for (int other = 0; other < world_size; ++other) {
-    auto value = store.get("ddp_host_id/" + std::to_string(other));
+  for (const auto& key : keys) {
+    auto value = store.get(key);
     ids.emplace_back(value.begin(), value.end());
   }
   return ids;

@@ -28,8 +28,11 @@ struct HostTopology {
 };
 
 /// Collective over the world: every rank publishes its host identity in the store and reads
-/// everybody's, in rank order.
+/// everybody's, in rank order. Ranks that publish none within `timeout` are named in the error
+/// (`operation` failed): torch.distributed ranks, which make no such exchange, end up there.
 std::vector<std::string> exchange_host_ids(c10d::Store& store, int rank, int world_size,
-                                           const std::string& host_id);
+                                           const std::string& host_id,
+                                           std::chrono::milliseconds timeout,
+                                           const std::string& operation);
 
 }  // namespace ddp::detail
