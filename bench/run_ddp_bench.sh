@@ -2,10 +2,12 @@
 # Side-by-side training-step benchmark: ddp-cpp's DistributedDataParallel (build/bench/ddp_bench)
 # against PyTorch's own DDP (the peer, pytorch_ddp_bench.py, Python + gloo), on the four
 # reference models, at 2 ranks on this machine. For each model, alternating in one run:
-#   (a) ours at 2 ranks, via ddprun                     } repeated REPS times, alternating;
-#   (b) PyTorch's DDP at 2 ranks (two python3 processes) } the table reports the median run
-#   (c) ours, one process without DDP (compute only)
-#   (d) ours, two processes without DDP started at once (what 2 cores allow; the slower one)
+#   (a) ours at 2 ranks, via ddprun, default backend    }
+#       ("auto": shm, as both ranks share this host)    } repeated REPS times, alternating;
+#   (b) ours at 2 ranks with --backend gloo             } the table reports the median run
+#   (c) PyTorch's DDP at 2 ranks (two python3 processes, gloo) }
+#   (d) ours, one process without DDP (compute only)
+#   (e) ours, two processes without DDP started at once (what 2 cores allow; the slower one)
 # Every process runs with OMP_NUM_THREADS=1 and --threads 1.
 #
 #   bench/run_ddp_bench.sh [OUT.jsonl]        (default: $BUILD_DIR/bench/ddp_bench_results.jsonl)
@@ -60,10 +62,10 @@ free_port() {
   "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-ours_ddp() {  # MODEL REP
+ours_ddp() {  # MODEL REP LABEL BACKEND
   timeout "$TIMEOUT" "$DDPRUN" --standalone --nproc-per-node 2 "$BENCH" --model "$1" "${COMMON[@]}" \
-    > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; exit 1; }
-  record ours_ddp "$2" "$TMP/out"
+    --backend "$4" > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; exit 1; }
+  record "$3" "$2" "$TMP/out"
 }
 
 peer_ddp() {  # MODEL REP
@@ -102,7 +104,8 @@ start=$(date +%s)
 for model in $MODELS; do
   echo "== $model (load average before: $(cut -d" " -f1-3 /proc/loadavg))" >&2
   for ((rep = 1; rep <= REPS; rep++)); do
-    ours_ddp "$model" "$rep"
+    ours_ddp "$model" "$rep" ours_ddp auto
+    ours_ddp "$model" "$rep" ours_ddp_gloo gloo
     peer_ddp "$model" "$rep"
   done
   ours_single "$model"
@@ -117,12 +120,15 @@ models = list(dict.fromkeys(r["model"] for r in rows))
 def med(model, run, agg=statistics.median):
     v = [r["step_ms_median"] for r in rows if r["model"] == model and r["run"] == run]
     return agg(v) if v else float("nan")
-print("| model | params | ours ms (2 ranks) | PyTorch ms (2 ranks) | ours/PyTorch | no-DDP 1 proc ms | 2 concurrent no-DDP ms |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+backend = {r.get("backend") for r in rows if r["run"] == "ours_ddp"}
+backend = backend.pop() if len(backend) == 1 else "MIXED " + str(sorted(map(str, backend)))
+print(f"| model | params | ours ms ({backend}) | ours ms (gloo) | PyTorch ms (gloo) | ours/PyTorch | "
+      "ours (gloo)/PyTorch | no-DDP 1 proc ms | 2 concurrent no-DDP ms |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for m in models:
     params = {r["params"] for r in rows if r["model"] == m}
     p = "{:,}".format(params.pop()) if len(params) == 1 else "MISMATCH " + str(sorted(params))
-    ours, peer = med(m, "ours_ddp"), med(m, "pytorch_ddp")
-    print(f"| {m} | {p} | {ours:.1f} | {peer:.1f} | {ours / peer:.2f} | "
+    ours, gloo, peer = med(m, "ours_ddp"), med(m, "ours_ddp_gloo"), med(m, "pytorch_ddp")
+    print(f"| {m} | {p} | {ours:.1f} | {gloo:.1f} | {peer:.1f} | {ours / peer:.2f} | {gloo / peer:.2f} | "
           f"{med(m, 'ours_noddp_1proc'):.1f} | {med(m, 'ours_noddp_2concurrent', max):.1f} |")
 PY

@@ -5,12 +5,13 @@
 //
 //   ddprun --nproc-per-node 2 build/bench/ddp_bench --model mlp|cnn|resnet|transformer
 //       [--steps 30] [--warmup 5] [--batch B] [--bucket-cap-mb 25] [--threads 1]
-//       [--comm-hook allreduce|fp16|bf16|none] [--no-ddp]
+//       [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo] [--no-ddp]
 //
 // Without RANK in the environment, or with --no-ddp, it runs one process without DDP (the
 // compute-only limit). Rank 0 prints one JSON line:
 //   {"impl": "ddp-cpp", "model": ..., "world_size": ..., "params": ..., "batch_per_rank": ...,
-//    "step_ms_median": ..., "step_ms_min": ..., "samples_per_s": ...[, "comm_hook": ...]}
+//    "step_ms_median": ..., "step_ms_min": ..., "samples_per_s": ..., "backend": ...
+//    [, "comm_hook": ...]}   ("backend" is the resolved one: "shm" or "gloo"; absent without DDP)
 #include <ddp/ddp.h>
 #include <torch/torch.h>
 
@@ -39,12 +40,14 @@ struct Args {
   bool no_ddp = false;
   int threads = 1;
   std::string comm_hook = "none";
+  std::string backend = "auto";  // the library's default
 };
 
 constexpr const char* kUsage =
     "usage: ddp_bench [--model mlp|cnn|resnet|transformer] [--steps N] [--warmup N]\n"
     "                 [--batch B (0 = model default)] [--bucket-cap-mb MB] [--threads N]\n"
-    "                 [--comm-hook allreduce|fp16|bf16|none] [--no-ddp]\n";
+    "                 [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]\n"
+    "                 [--no-ddp]\n";
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -77,6 +80,8 @@ Args parse_args(int argc, char** argv) {
       a.threads = std::stoi(value());
     } else if (flag == "--comm-hook") {
       a.comm_hook = value();
+    } else if (flag == "--backend") {
+      a.backend = value();
     } else if (flag == "--no-ddp") {
       if (inline_value) throw std::invalid_argument("--no-ddp takes no value");
       a.no_ddp = true;
@@ -130,7 +135,7 @@ int run(const Args& a) {
   int rank = 0;
   int world_size = 1;
   if (use_ddp) {
-    ddp::init_process_group(ddp::InitOptions());
+    ddp::init_process_group(ddp::InitOptions().backend(a.backend));
     rank = ddp::get_rank();
     world_size = ddp::get_world_size();
   }
@@ -164,7 +169,8 @@ int run(const Args& a) {
     const double med = median(times);
     const double mn = *std::min_element(times.begin(), times.end());
     std::string hook;
-    if (a.comm_hook != "none") hook = ", \"comm_hook\": \"" + a.comm_hook + "\"";
+    if (use_ddp) hook = ", \"backend\": \"" + ddp::get_backend() + "\"";
+    if (a.comm_hook != "none") hook += ", \"comm_hook\": \"" + a.comm_hook + "\"";
     std::printf(
         "{\"impl\": \"ddp-cpp\", \"model\": \"%s\", \"world_size\": %d, \"params\": %lld, "
         "\"batch_per_rank\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
