@@ -10,6 +10,9 @@
 #include <regex>
 
 #include "launcher_harness.h"
+#include "worker_env.h"
+
+extern char** environ;
 
 namespace ddprun_test {
 namespace {
@@ -67,6 +70,19 @@ TEST(LauncherEndToEnd, OmpNumThreadsAlreadySetIsPassedUnchanged) {
   ExpectExitedWith(run, 0);
   EXPECT_TRUE(Contains(run.out, "[0]: OMP=7\n")) << run.out;
   EXPECT_TRUE(Contains(run.out, "[1]: OMP=7\n")) << run.out;
+}
+
+TEST(LauncherEndToEnd, WorkersGetMallocTuningUnlessTheUserTunesMalloc) {
+  const char* script = "echo \"GT=${GLIBC_TUNABLES-unset}\"";
+  if (ddprun::UserSettingsFrom(environ).malloc_tuning) GTEST_SKIP() << "this test's environment tunes malloc";
+  LauncherRun plain = RunLauncher({"--nproc-per-node", "2", "sh", "-c", script});
+  ExpectExitedWith(plain, 0);
+  EXPECT_TRUE(Contains(plain.out, std::string("[1]: GT=") + ddprun::kWorkerGlibcTunables + "\n"))
+      << plain.out;
+  LauncherRun tuned =
+      RunLauncher({"--nproc-per-node", "2", "sh", "-c", script}, {{"MALLOC_ARENA_MAX", "2"}});
+  ExpectExitedWith(tuned, 0);
+  EXPECT_TRUE(Contains(tuned.out, "[1]: GT=unset\n")) << tuned.out;
 }
 
 TEST(LauncherEndToEnd, PetEnvironmentFallbackIsUsed) {

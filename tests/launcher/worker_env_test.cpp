@@ -27,7 +27,7 @@ TEST(WorkerEnv, MultiNodeRanksAndSizes) {
   o.run_id = "job";
   o.role = "trainer";
   auto env = AsMap(WorkerVariables(o, /*local_rank=*/1, /*restart_count=*/2, /*online_cores=*/16,
-                                   /*omp_num_threads_set=*/false));
+                                   UserSettings{}));
   EXPECT_EQ(env["RANK"], "9");
   EXPECT_EQ(env["LOCAL_RANK"], "1");
   EXPECT_EQ(env["WORLD_SIZE"], "12");
@@ -48,7 +48,7 @@ TEST(WorkerEnv, MultiNodeRanksAndSizes) {
 }
 
 TEST(WorkerEnv, DefaultsGiveSingleWorkerWorld) {
-  auto env = AsMap(WorkerVariables(LauncherOptions{}, 0, 0, 2, false));
+  auto env = AsMap(WorkerVariables(LauncherOptions{}, 0, 0, 2, UserSettings{}));
   EXPECT_EQ(env["RANK"], "0");
   EXPECT_EQ(env["WORLD_SIZE"], "1");
   EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
@@ -61,14 +61,35 @@ TEST(WorkerEnv, DefaultsGiveSingleWorkerWorld) {
 TEST(WorkerEnv, OmpNumThreadsDividesCoresAndIsAtLeastOne) {
   LauncherOptions o;
   o.nproc_per_node = 3;
-  EXPECT_EQ(AsMap(WorkerVariables(o, 0, 0, 8, false))["OMP_NUM_THREADS"], "2");
+  EXPECT_EQ(AsMap(WorkerVariables(o, 0, 0, 8, UserSettings{}))["OMP_NUM_THREADS"], "2");
   o.nproc_per_node = 16;
-  EXPECT_EQ(AsMap(WorkerVariables(o, 0, 0, 8, false))["OMP_NUM_THREADS"], "1");
+  EXPECT_EQ(AsMap(WorkerVariables(o, 0, 0, 8, UserSettings{}))["OMP_NUM_THREADS"], "1");
 }
 
 TEST(WorkerEnv, OmpNumThreadsAlreadySetIsLeftAlone) {
-  auto env = AsMap(WorkerVariables(LauncherOptions{}, 0, 0, 8, /*omp_num_threads_set=*/true));
+  UserSettings user;
+  user.omp_num_threads = true;
+  auto env = AsMap(WorkerVariables(LauncherOptions{}, 0, 0, 8, user));
   EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);
+  EXPECT_EQ(env["GLIBC_TUNABLES"], kWorkerGlibcTunables);
+}
+
+TEST(WorkerEnv, MallocTuningIsAddedUnlessTheUserTunesMalloc) {
+  const char* plain[] = {"PATH=/bin", "MALLOCX=1", nullptr};
+  EXPECT_FALSE(UserSettingsFrom(plain).malloc_tuning);
+  EXPECT_FALSE(UserSettingsFrom(plain).omp_num_threads);
+  EXPECT_EQ(AsMap(WorkerVariables(LauncherOptions{}, 0, 0, 2, UserSettingsFrom(plain)))
+                ["GLIBC_TUNABLES"],
+            "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456");
+  for (const char* mine : {"GLIBC_TUNABLES=glibc.malloc.arena_max=2", "MALLOC_ARENA_MAX=2",
+                           "MALLOC_TRIM_THRESHOLD_=0"}) {
+    const char* tuned[] = {"PATH=/bin", mine, "OMP_NUM_THREADS=3", nullptr};
+    UserSettings user = UserSettingsFrom(tuned);
+    EXPECT_TRUE(user.malloc_tuning) << mine;
+    EXPECT_TRUE(user.omp_num_threads);
+    EXPECT_EQ(AsMap(WorkerVariables(LauncherOptions{}, 0, 0, 2, user)).count("GLIBC_TUNABLES"), 0u)
+        << mine;
+  }
 }
 
 TEST(WorkerEnv, MergeOverridesAndAddsWithoutDuplicates) {

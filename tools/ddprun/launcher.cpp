@@ -40,8 +40,8 @@ std::string FailureSummary(const GroupResult& result, int attempts) {
 }
 
 int RunLauncher(const LauncherOptions& options, int online_cores) {
-  // The workers get the rest of the environment unchanged; only this one is a decision input.
-  const bool omp_num_threads_set = LookupProcessEnv("OMP_NUM_THREADS").has_value();
+  // The workers get the rest of the environment unchanged; only these are decision inputs.
+  const UserSettings user = UserSettingsFrom(environ);
   GroupSettings settings;
   settings.command = options.command;
   settings.monitor_interval_s = options.monitor_interval_s;
@@ -59,7 +59,7 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
     std::vector<WorkerLaunch> launches;
     for (int local_rank = 0; local_rank < options.nproc_per_node; ++local_rank) {
       EnvVars vars =
-          WorkerVariables(options, local_rank, restart_count, online_cores, omp_num_threads_set);
+          WorkerVariables(options, local_rank, restart_count, online_cores, user);
       launches.push_back(
           {GlobalRank(options, local_rank), local_rank, MergeEnvironment(environ, vars)});
     }

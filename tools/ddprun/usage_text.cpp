@@ -40,6 +40,9 @@ worker environment (local rank i of node k, p = nproc-per-node, n = nnodes), add
   ROLE_RANK=RANK  ROLE_WORLD_SIZE=WORLD_SIZE  ROLE_NAME  MASTER_ADDR  MASTER_PORT
   TORCHELASTIC_RESTART_COUNT (0, then 1, 2, ... per restart)  TORCHELASTIC_MAX_RESTARTS
   TORCHELASTIC_RUN_ID  OMP_NUM_THREADS=max(1, cores/p), unless already set for ddprun.
+  GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456
+    (keeps freed activations in the heap instead of page-faulting them back every step),
+    unless GLIBC_TUNABLES or a MALLOC_* variable is already set for ddprun.
 Rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE is not set).
 
 output:

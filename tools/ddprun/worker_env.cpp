@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 namespace ddprun {
 
@@ -9,8 +10,20 @@ int GlobalRank(const LauncherOptions& options, int local_rank) {
   return options.node_rank * options.nproc_per_node + local_rank;
 }
 
+UserSettings UserSettingsFrom(const char* const* environment) {
+  UserSettings user;
+  for (const char* const* entry = environment; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view var(*entry);
+    std::string_view name = var.substr(0, var.find('='));
+    if (name == "OMP_NUM_THREADS") user.omp_num_threads = true;
+    // MALLOC_ARENA_MAX, MALLOC_TRIM_THRESHOLD_, ...: glibc's older names for its tunables.
+    if (name == "GLIBC_TUNABLES" || name.rfind("MALLOC_", 0) == 0) user.malloc_tuning = true;
+  }
+  return user;
+}
+
 EnvVars WorkerVariables(const LauncherOptions& options, int local_rank, int restart_count,
-                        int online_cores, bool omp_num_threads_set) {
+                        int online_cores, const UserSettings& user) {
   const int world_size = options.nnodes * options.nproc_per_node;
   const std::string rank = std::to_string(GlobalRank(options, local_rank));
   EnvVars vars = {
@@ -32,10 +45,16 @@ EnvVars WorkerVariables(const LauncherOptions& options, int local_rank, int rest
   };
   // Without a limit every worker's OpenMP pool would use all cores, oversubscribing the node
   // p times; a user's explicit choice is respected.
-  if (!omp_num_threads_set) {
+  if (!user.omp_num_threads) {
     int threads = std::max(1, online_cores / std::max(1, options.nproc_per_node));
     vars.emplace_back("OMP_NUM_THREADS", std::to_string(threads));
   }
+  // A C++ trainer frees its activations at the end of every step. With glibc's defaults the
+  // heap above the trim threshold goes back to the kernel and comes back as page faults in the
+  // next step: measured here, 7,000 faults and 30-50% of the step on a small ResNet (see
+  // bench/README.md). Python processes rarely see it (their imports raise glibc's dynamic
+  // thresholds early), so this also keeps C++ and Python workers comparable.
+  if (!user.malloc_tuning) vars.emplace_back("GLIBC_TUNABLES", kWorkerGlibcTunables);
   return vars;
 }
 
