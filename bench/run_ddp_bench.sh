@@ -8,13 +8,18 @@
 #   (c) PyTorch's DDP at 2 ranks (two python3 processes, gloo) }
 #   (d) ours, one process without DDP (compute only)
 #   (e) ours, two processes without DDP started at once (what 2 cores allow; the slower one)
-# Every process runs with OMP_NUM_THREADS=1 and --threads 1.
+# Every process runs with OMP_NUM_THREADS=1 and --threads 1, and with the same GLIBC_TUNABLES:
+# ddprun's default for its workers (glibc keeps freed activations in the heap rather than
+# page-faulting them back every step), given here to the PyTorch ranks and the no-DDP runs too,
+# so that every process allocates alike. `GLIBC_TUNABLES= bench/run_ddp_bench.sh` (empty) runs
+# everything with glibc's defaults instead.
 #
 #   bench/run_ddp_bench.sh [OUT.jsonl]        (default: $BUILD_DIR/bench/ddp_bench_results.jsonl)
 #
 # Environment: BUILD_DIR (default <repo>/build), PEERS_DIR (default <repo>/../shared/peers),
 # PYTHON (default /usr/bin/python3), MODELS (default "mlp cnn resnet transformer"), STEPS (30),
-# WARMUP (5), REPS (5), BUCKET_CAP_MB (25). Prints a markdown table at the end.
+# WARMUP (5), REPS (5), BUCKET_CAP_MB (25), GLIBC_TUNABLES (see above). Prints a markdown table
+# at the end.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +43,7 @@ done
 PEERS_DIR="$(cd "$PEERS_DIR" && pwd)"
 
 export OMP_NUM_THREADS=1
+export GLIBC_TUNABLES="${GLIBC_TUNABLES-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456}"
 unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT
 COMMON=(--steps "$STEPS" --warmup "$WARMUP" --bucket-cap-mb "$BUCKET_CAP_MB" --threads 1)
 TIMEOUT=300  # per run, seconds
