@@ -51,7 +51,7 @@ EnvVars WorkerVariables(const LauncherOptions& options, int local_rank, int rest
   }
   // A C++ trainer frees its activations at the end of every step. With glibc's defaults the
   // heap above the trim threshold goes back to the kernel and comes back as page faults in the
-  // next step: measured here, 7,000 faults and 30-50% of the step on a small ResNet (see
+  // next step: measured here, 7,000 faults and about half of the step on a small ResNet (see
   // bench/README.md). Python processes rarely see it (their imports raise glibc's dynamic
   // thresholds early), so this also keeps C++ and Python workers comparable.
   if (!user.malloc_tuning) vars.emplace_back("GLIBC_TUNABLES", kWorkerGlibcTunables);
