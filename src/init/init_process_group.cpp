@@ -56,14 +56,6 @@ std::string environment_or(const char* name, const std::string& fallback) {
   return value && *value ? std::string(value) : fallback;
 }
 
-// This rank's host identity: DDP_CPP_HOST_ID when set (a testing aid: ranks of one machine that
-// declare different ids are treated as being on different hosts), else the hostname.
-std::string host_identity() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof(name) - 1) != 0) name[0] = 0;
-  return environment_or("DDP_CPP_HOST_ID", name);
-}
-
 // Creates the backend of `group` (a member) as group.backend_name says, on top of the group's
 // flat gloo backend (made first by the caller: its rendezvous names any rank that never arrives),
 // which the shm backend keeps for what shared memory does not carry.
@@ -96,7 +88,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_backend(
 void learn_hosts(BackendConfig& config, c10d::Store& store, int rank, int world_size,
                  std::chrono::milliseconds timeout, const std::string& operation) {
   config.host_ids =
-      detail::exchange_host_ids(store, rank, world_size, host_identity(), timeout, operation);
+      detail::exchange_host_ids(store, rank, world_size, detail::local_host_identity(), timeout, operation);
   config.job = environment_or("TORCHELASTIC_RUN_ID", "job");
   config.attempt = std::atoi(environment_or("TORCHELASTIC_RESTART_COUNT", "0").c_str());
 }

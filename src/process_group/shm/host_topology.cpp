@@ -1,10 +1,48 @@
 #include "process_group/shm/host_topology.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <map>
 
 #include "common/error_context.h"
 
 namespace ddp::detail {
+namespace {
+
+std::string first_line_of(const char* path) {
+  std::ifstream file(path);
+  std::string line;
+  std::getline(file, line);
+  return line;
+}
+
+}  // namespace
+
+std::string local_host_identity() {
+  const char* declared = std::getenv("DDP_CPP_HOST_ID");
+  if (declared && *declared) return declared;
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) name[0] = 0;
+  // The hostname alone is not enough: containers with --network=host share it but may each have
+  // their own /dev/shm (a segment made in one cannot be opened in the other) or their own pid
+  // namespace (a peer's liveness is checked by pid). Ranks that differ in any of these are on
+  // different "hosts" and meet through gloo.
+  struct stat shm {};
+  struct stat pids {};
+  std::string id = std::string(name) + "/boot:" + first_line_of("/proc/sys/kernel/random/boot_id");
+  if (stat("/dev/shm", &shm) == 0) {
+    id += "/shm:" + std::to_string(static_cast<unsigned long long>(shm.st_dev));
+  } else {
+    id += "/no-shm:" + std::to_string(getpid());  // no shared memory: every rank on its own
+  }
+  if (stat("/proc/self/ns/pid", &pids) == 0) {
+    id += "/pidns:" + std::to_string(static_cast<unsigned long long>(pids.st_ino));
+  }
+  return id;
+}
 
 int HostTopology::local_rank(int group_rank) const {
   const auto& mine = members[host_of[group_rank]];

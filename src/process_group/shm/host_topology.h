@@ -1,7 +1,8 @@
 // HostTopology: which ranks of a group share a host, and so a shared-memory segment.
 //
-// Hosts are told apart by an identity string per rank: the hostname, or DDP_CPP_HOST_ID when the
-// launcher or a test sets it (read at init, see init_process_group.cpp). Hosts are numbered in
+// Hosts are told apart by an identity string per rank (local_host_identity(), read at init): two
+// ranks are on one host when they can share a POSIX shared-memory segment and see each other's
+// pids. Hosts are numbered in
 // order of their lowest group rank; a host's leader is its lowest group rank. Plain data,
 // thread-compatible.
 #pragma once
@@ -26,6 +27,12 @@ struct HostTopology {
 
   static HostTopology from_ids(const std::vector<std::string>& host_id_by_rank);
 };
+
+/// This process's host identity: DDP_CPP_HOST_ID when set (a testing aid: ranks of one machine
+/// that declare different ids act as different hosts); otherwise the hostname, the boot id, the
+/// device of /dev/shm and the pid namespace, so that containers sharing a hostname but not
+/// /dev/shm or pids are not mistaken for one host.
+std::string local_host_identity();
 
 /// Collective over the world: every rank publishes its host identity in the store and reads
 /// everybody's, in rank order. Ranks that publish none within `timeout` are named in the error
