@@ -172,11 +172,11 @@ TEST(Supervision, SegmentsOfAKilledWorkerAreRemovedFromDevShm) {
   // A worker killed between creating a shared-memory segment and unlinking it (the shm backend's
   // short window) leaves it in /dev/shm; ddprun removes it once it has reaped the worker. Another
   // process's segment is left alone.
-  const std::string other = "/dev/shm/ddp-cpp.ddprun-test.0.g0.h0.p1";
+  const std::string other = "/dev/shm/ddp-cpp.ddprun-test.0.g0.h0.r0000cafe.p1";
   { std::ofstream(other.c_str()) << "x"; }
   LauncherRun run = RunLauncher(
       {"--nproc-per-node", "2", "--max-restarts", "0", "sh", "-c",
-       "f=/dev/shm/ddp-cpp.ddprun-test.0.g0.h$RANK.p$$; echo x > $f; echo $f; kill -9 $$"});
+       "f=/dev/shm/ddp-cpp.ddprun-test.0.g0.h$RANK.r0000cafe.p$$; echo x > $f; echo $f; kill -9 $$"});
   EXPECT_FALSE(run.timed_out);
   EXPECT_NE(run.exit_code, 0);
   std::regex made("/dev/shm/ddp-cpp[^ \n]*");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "common/error_context.h"
@@ -29,6 +30,9 @@ RankSlot* slots_of(void* base) {
 }
 
 std::string name_key(int host_index) { return "shm/" + std::to_string(host_index) + "/segment"; }
+std::string open_failed_key(int host_index) {
+  return "shm/" + std::to_string(host_index) + "/open_failed";
+}
 
 }  // namespace
 
@@ -38,13 +42,20 @@ ShmCommunicator::ShmCommunicator(c10d::Store& store, const ShmGroupSetup& setup,
   const int local_size = static_cast<int>(setup.global_ranks.size());
   const size_t bytes = segment_bytes(local_size);
   if (setup.local_rank == 0) {
-    segment_ = ShmSegment::create(shm_segment_name(setup.job, setup.attempt, setup.group,
-                                                   setup.host_index, getpid()),
-                                  bytes, operation);
+    std::random_device random;
+    for (int attempt = 0; attempt < 8 && !segment_.data(); ++attempt) {
+      segment_ = ShmSegment::create(shm_segment_name(setup.job, setup.attempt, setup.group,
+                                                     setup.host_index, random(), getpid()),
+                                    bytes, operation);
+    }
+    if (!segment_.data()) {
+      fail(operation, "8 random names for the shared-memory segment were all taken in /dev/shm");
+    }
     auto* header = static_cast<ShmHeader*>(segment_.data());
     header->magic = kShmMagic;
     header->local_size = static_cast<uint32_t>(local_size);
     header->chunk_bytes = static_cast<uint32_t>(kChunkBytes);
+    header->abort_claimed_by.store(-1);
     header->aborted_by.store(-1);
     slots_of(header)[0].pid.store(getpid());
     header->mapped.store(1);
@@ -52,7 +63,13 @@ ShmCommunicator::ShmCommunicator(c10d::Store& store, const ShmGroupSetup& setup,
     store.set(name_key(setup.host_index), std::vector<uint8_t>(name.begin(), name.end()));
     // Unlink as soon as everyone has mapped it: then no exit, however abrupt, leaves it behind.
     const auto deadline = Clock::now() + setup.timeout;
-    while (header->mapped.load() < static_cast<uint32_t>(local_size)) {
+    for (unsigned polls = 1; header->mapped.load() < static_cast<uint32_t>(local_size); ++polls) {
+      // A rank that could not open the segment says why (every 10 ms is enough: this is the
+      // failure path, and each look is a store round trip).
+      if (polls % 50 == 0 && store.check({open_failed_key(setup.host_index)})) {
+        std::vector<uint8_t> why = store.get(open_failed_key(setup.host_index));
+        fail(operation, std::string(why.begin(), why.end()));
+      }
       if (Clock::now() >= deadline) {
         std::vector<int> missing;
         for (int r = 1; r < local_size; ++r) {
@@ -75,7 +92,14 @@ ShmCommunicator::ShmCommunicator(c10d::Store& store, const ShmGroupSetup& setup,
                                           "shared-memory segment)",
                               error);
     }
-    segment_ = ShmSegment::open(std::string(name.begin(), name.end()), bytes, operation);
+    try {
+      segment_ = ShmSegment::open(std::string(name.begin(), name.end()), bytes, operation);
+    } catch (const std::exception& error) {
+      const std::string why =
+          "rank " + std::to_string(setup.global_ranks[setup.local_rank]) + ": " + error.what();
+      store.set(open_failed_key(setup.host_index), std::vector<uint8_t>(why.begin(), why.end()));
+      throw;
+    }
     auto* header = static_cast<ShmHeader*>(segment_.data());
     if (header->magic != kShmMagic || header->local_size != static_cast<uint32_t>(local_size) ||
         header->chunk_bytes != kChunkBytes) {
@@ -86,7 +110,8 @@ ShmCommunicator::ShmCommunicator(c10d::Store& store, const ShmGroupSetup& setup,
     header->mapped.fetch_add(1);
   }
   auto* header = static_cast<ShmHeader*>(segment_.data());
-  sync_ = ShmSync(header, slots_of(header), setup.local_rank, local_size, setup.global_ranks);
+  sync_ = ShmSync(header, slots_of(header), setup.local_rank, local_size, setup.global_ranks,
+                  setup.timeout);
   data_ = static_cast<char*>(segment_.data()) + control_bytes(local_size);
 }
 

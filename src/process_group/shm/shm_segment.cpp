@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -21,15 +22,18 @@ void* map_whole(int fd, size_t bytes) {
   return data == MAP_FAILED ? nullptr : data;
 }
 
+std::string hex8(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", value);
+  return text;
+}
+
 }  // namespace
 
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes, const std::string& operation) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0 && errno == EEXIST) {
-    // Left by an earlier process with the same pid that was killed before it could unlink.
-    shm_unlink(name.c_str());
-    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  }
+  // Taken: never unlink it, it may be another live job's (pids repeat across containers).
+  if (fd < 0 && errno == EEXIST) return ShmSegment();
   if (fd < 0) {
     fail(operation, "cannot create the shared-memory segment /dev/shm" + name + ": " +
                         errno_text(errno) + ". Use backend \"gloo\" where /dev/shm is unavailable.");
@@ -62,7 +66,7 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes, const std::st
     fail(operation, "cannot open the shared-memory segment /dev/shm" + name +
                         " made by this host's first rank: " + errno_text(errno) +
                         ". Ranks that declare one host must share /dev/shm (same machine, same "
-                        "container).");
+                        "container); otherwise use backend(\"gloo\").");
   }
   struct stat info {};
   if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != bytes) {
@@ -87,7 +91,7 @@ ShmSegment::ShmSegment(ShmSegment&& other) noexcept { *this = std::move(other); 
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
-    this->~ShmSegment();
+    release();
     name_ = std::move(other.name_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
@@ -96,7 +100,9 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   return *this;
 }
 
-ShmSegment::~ShmSegment() {
+ShmSegment::~ShmSegment() { release(); }
+
+void ShmSegment::release() {
   unlink();
   if (data_) munmap(data_, size_);
   data_ = nullptr;
@@ -109,7 +115,7 @@ void ShmSegment::unlink() {
 }
 
 std::string shm_segment_name(const std::string& job, int attempt, const std::string& group,
-                             int host_index, int creator_pid) {
+                             int host_index, uint32_t token, int creator_pid) {
   std::string clean;
   for (char c : job.substr(0, 64)) {
     bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -118,7 +124,7 @@ std::string shm_segment_name(const std::string& job, int attempt, const std::str
   }
   if (clean.empty()) clean = "job";
   return "/ddp-cpp." + clean + "." + std::to_string(attempt) + ".g" + group + ".h" +
-         std::to_string(host_index) + ".p" + std::to_string(creator_pid);
+         std::to_string(host_index) + ".r" + hex8(token) + ".p" + std::to_string(creator_pid);
 }
 
 }  // namespace ddp::detail

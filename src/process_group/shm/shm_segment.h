@@ -6,21 +6,24 @@
 // name. Once every rank has mapped it, the creator unlinks the name: from then on the memory lives
 // only as long as some rank maps it, and nothing is left in /dev/shm however the ranks end.
 //
-// Names are "/ddp-cpp.<job>.<attempt>.g<group>.h<host>.p<creator pid>": the job and attempt say
-// whose it is, and the creator's pid lets ddprun remove the segment of a worker that was killed
-// in the short window before the unlink (see tools/ddprun).
+// Names are "/ddp-cpp.<job>.<attempt>.g<group>.h<host>.r<random>.p<creator pid>": the job and
+// attempt say whose it is, the random token keeps two jobs that share /dev/shm (and perhaps pids,
+// from different containers) apart, and the creator's pid lets ddprun remove the segment of a
+// worker that was killed in the short window before the unlink (see tools/ddprun).
 //
 // Not thread-safe; the object is owned by one process group.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace ddp::detail {
 
 class ShmSegment {
  public:
-  /// Creates and maps a segment of `bytes` bytes (zero-filled). Throws DistributedError.
+  /// Creates and maps a segment of `bytes` bytes (zero-filled). Returns an empty segment (no
+  /// data) when the name is taken, to be retried with another name. Throws DistributedError.
   static ShmSegment create(const std::string& name, size_t bytes, const std::string& operation);
   /// Opens and maps an existing segment, checking that it has `bytes` bytes.
   static ShmSegment open(const std::string& name, size_t bytes, const std::string& operation);
@@ -40,6 +43,8 @@ class ShmSegment {
   const std::string& name() const { return name_; }
 
  private:
+  void release();  // unlink if owned, unmap
+
   std::string name_;
   void* data_ = nullptr;
   size_t size_ = 0;
@@ -49,6 +54,6 @@ class ShmSegment {
 /// The segment name for a group's ranks on one host; characters outside [A-Za-z0-9_-] in the job
 /// id become '_' and it is cut to keep the name well under NAME_MAX.
 std::string shm_segment_name(const std::string& job, int attempt, const std::string& group,
-                             int host_index, int creator_pid);
+                             int host_index, uint32_t token, int creator_pid);
 
 }  // namespace ddp::detail

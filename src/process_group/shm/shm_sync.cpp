@@ -64,12 +64,13 @@ bool process_is_alive(int pid) {
 }
 
 ShmSync::ShmSync(ShmHeader* header, RankSlot* slots, int local_rank, int local_size,
-                 std::vector<int> global_ranks)
+                 std::vector<int> global_ranks, std::chrono::milliseconds timeout)
     : header_(header),
       slots_(slots),
       local_rank_(local_rank),
       local_size_(local_size),
       global_ranks_(std::move(global_ranks)),
+      timeout_(timeout),
       phase_(slots[local_rank].arrive.load()) {}
 
 void ShmSync::arrive() {
@@ -110,11 +111,9 @@ void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
     }
     now = Clock::now();
     if (now >= deadline) {
+      // The deadline is the collective's, not this wait's: say how long the collective took.
       fail_wait(peer,
-                "timed out after " +
-                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       now - start)
-                                       .count()) +
+                "timed out after the group timeout of " + std::to_string(timeout_.count()) +
                     " ms waiting for rank " + std::to_string(global_ranks_[peer]) +
                     " (it is alive but has not reached this collective: it is slower, stuck, "
                     "or issuing different collectives). Raise InitOptions().timeout if it is "
@@ -165,8 +164,10 @@ void ShmSync::check_call(int peer, uint64_t call, const char* operation) const {
 
 void ShmSync::abort(const std::string& reason) {
   int32_t none = -1;
-  if (header_->aborted_by.compare_exchange_strong(none, local_rank_)) {
+  // Claim, write the reason, then publish: a peer that sees aborted_by also sees the reason.
+  if (header_->abort_claimed_by.compare_exchange_strong(none, local_rank_)) {
     std::snprintf(header_->abort_reason, sizeof(header_->abort_reason), "%s", reason.c_str());
+    header_->aborted_by.store(local_rank_, std::memory_order_release);
   }
   for (int peer = 0; peer < local_size_; ++peer) futex_wake_all(&slots_[peer].arrive);
 }

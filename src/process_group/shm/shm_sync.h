@@ -24,7 +24,7 @@
 
 namespace ddp::detail {
 
-constexpr uint64_t kShmMagic = 0x6464702d63707031ULL;  // "ddp-cpp1"
+constexpr uint64_t kShmMagic = 0x6464702d63707032ULL;  // "ddp-cpp2"
 
 // One rank's control line. `arrive` is a 32-bit word because futexes are.
 struct alignas(64) RankSlot {
@@ -40,7 +40,8 @@ struct ShmHeader {
   uint32_t local_size;
   uint32_t chunk_bytes;
   std::atomic<uint32_t> mapped;    // ranks that have mapped the segment
-  std::atomic<int32_t> aborted_by;  // -1, or the local rank that aborted the group
+  std::atomic<int32_t> abort_claimed_by;  // -1, or the first local rank to abort the group
+  std::atomic<int32_t> aborted_by;  // -1, or that rank once abort_reason is written
   char abort_reason[240];
 };
 
@@ -50,7 +51,7 @@ class ShmSync {
   /// `header` and `slots` point into the mapped segment; `ranks` are the global ranks of the local
   /// group, for messages.
   ShmSync(ShmHeader* header, RankSlot* slots, int local_rank, int local_size,
-          std::vector<int> global_ranks);
+          std::vector<int> global_ranks, std::chrono::milliseconds timeout);
 
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
@@ -86,6 +87,7 @@ class ShmSync {
   int local_rank_ = 0;
   int local_size_ = 1;
   std::vector<int> global_ranks_;
+  std::chrono::milliseconds timeout_{0};
   uint32_t phase_ = 0;  // phases this rank has finished (mirror of its own counter)
 };
 
