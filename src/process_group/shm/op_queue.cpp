@@ -94,6 +94,11 @@ void OpQueue::shut_down(const std::string& reason) {
   for (auto& op : abandoned) {
     op.work->complete(std::make_exception_ptr(DistributedError(reason)));
   }
+  {
+    // A thread in help_until() waits on changed_ for one of the works just completed.
+    std::lock_guard<std::mutex> lock(mutex_);
+    changed_.notify_all();
+  }
   if (worker_.joinable()) worker_.join();
 }
 
