@@ -49,9 +49,16 @@ torch::Tensor flat_parameters(torch::nn::Module& module) {
   return torch::cat(flat);
 }
 
+// zero_grad with set_to_none (PyTorch's default since 2.0): every .grad is made anew by backward.
+void reset_grads(torch::nn::Module& module) {
+  for (auto& p : module.parameters()) p.mutable_grad().reset();
+}
+
 // N ranks with kBatchPerRank each against one process with the whole batch, SGD with momentum.
+// `set_to_none` resets the DDP model's gradients instead of zeroing them.
 void expect_equivalent_to_one_process(bool images, int world, int rank, ddp::DDPOptions options,
-                                      ddp::CommHook hook = nullptr, double tolerance = 2e-5) {
+                                      ddp::CommHook hook = nullptr, double tolerance = 2e-5,
+                                      bool set_to_none = false) {
   auto reference = images ? make_cnn() : make_mlp();
   auto net = images ? make_cnn() : make_mlp();
   ddp::DistributedDataParallel model(net, options);
@@ -64,7 +71,11 @@ void expect_equivalent_to_one_process(bool images, int world, int rank, ddp::DDP
     reference_optimizer.zero_grad();
     torch::nn::functional::cross_entropy(reference->forward(x), y).backward();
     reference_optimizer.step();
-    optimizer.zero_grad();
+    if (set_to_none) {
+      reset_grads(*net);
+    } else {
+      optimizer.zero_grad();
+    }
     torch::nn::functional::cross_entropy(model(rank_slice(x, rank)), rank_slice(y, rank))
         .backward();
     optimizer.step();
@@ -88,6 +99,8 @@ TEST(DistributedDataParallel, MlpOnTwoAndThreeRanksEqualsOneProcessWithTheWholeB
       expect_equivalent_to_one_process(false, world, rank, several_buckets);
       expect_equivalent_to_one_process(false, world, rank,
                                        several_buckets.gradient_as_bucket_view(true));
+      expect_equivalent_to_one_process(false, world, rank, several_buckets, nullptr, 2e-5,
+                                       /*set_to_none=*/true);
       ddp::destroy_process_group();
     });
   }
