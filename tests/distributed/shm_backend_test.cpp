@@ -2,7 +2,10 @@
 // and posing as several hosts (DDP_CPP_HOST_ID), its failures, and what it leaves in /dev/shm.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -257,6 +260,63 @@ std::string error_of(Action&& action) {
 }
 
 }  // namespace
+
+// A rank in its own container, in the one respect that matters here: a private /dev/shm (a new
+// mount namespace with a fresh tmpfs over it). Needs CAP_SYS_ADMIN, as root has.
+bool give_this_process_its_own_dev_shm() {
+  return ::unshare(CLONE_NEWNS) == 0 &&
+         ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+         ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=64m") == 0;
+}
+
+bool can_give_a_process_its_own_dev_shm() {
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(give_this_process_its_own_dev_shm() ? 0 : 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+TEST(ShmBackend, ARankWithItsOwnDevShmIsAnotherHostUnderAuto) {
+  // Containers that share the hostname (--network=host) but not /dev/shm: ranks 0 and 2 share
+  // shared memory, rank 1 cannot reach it. "auto" must see two hosts and still add up right.
+  if (!can_give_a_process_its_own_dev_shm()) GTEST_SKIP() << "needs CAP_SYS_ADMIN (root)";
+  const std::string job = job_id("ownshm");
+  run_ranks_ok(3, [job](int rank) {
+    ::unsetenv("DDP_CPP_HOST_ID");
+    if (rank == 1) {
+      ASSERT_TRUE(give_this_process_its_own_dev_shm());
+    }
+    init_shm(job, "auto");
+    EXPECT_EQ(ddp::get_backend(), "shm");  // ranks 0 and 2 share a host
+    auto t = torch::full({100003}, float(rank + 1));
+    ddp::all_reduce(t);
+    EXPECT_EQ(t[100002].item<float>(), 6.0f);
+    ddp::destroy_process_group();
+  });
+  EXPECT_TRUE(segments_of(job).empty());
+}
+
+TEST(ShmBackendFailure, ARankThatCannotOpenTheSegmentFailsItsHostAtOnce) {
+  // The same ranks declared one host: the rank without the segment fails, and says so to the
+  // segment's creator, which fails at once with the reason instead of after the timeout.
+  if (!can_give_a_process_its_own_dev_shm()) GTEST_SKIP() << "needs CAP_SYS_ADMIN (root)";
+  Launch launch;
+  auto outcomes = run_ranks(launch, [](int rank) {
+    ::setenv("DDP_CPP_HOST_ID", "declared-one-host", 1);
+    if (rank == 1) {
+      ASSERT_TRUE(give_this_process_its_own_dev_shm());
+    }
+    auto start = std::chrono::steady_clock::now();
+    std::string error = error_of([&] { init_shm(job_id("noopen"), "shm"); });
+    EXPECT_NE(error.find("cannot open the shared-memory segment"), std::string::npos) << error;
+    if (rank == 0) {
+      EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+      EXPECT_LT(elapsed_ms(start), 15000) << "the group timeout is 30 s: the reason came late";
+    }
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}
 
 TEST(ShmBackendFailure, RankKilledMidCollectiveFailsTheOthersQuickly) {
   const std::string job = job_id("kill");
