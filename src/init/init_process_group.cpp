@@ -1,5 +1,4 @@
 // init_process_group, destroy_process_group, new_group and the queries of the default group.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -87,8 +86,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_backend(
 // the world.
 void learn_hosts(BackendConfig& config, c10d::Store& store, int rank, int world_size,
                  std::chrono::milliseconds timeout, const std::string& operation) {
-  config.host_ids =
-      detail::exchange_host_ids(store, rank, world_size, detail::local_host_identity(), timeout, operation);
+  config.host_ids = detail::exchange_host_ids(store, rank, world_size,
+                                               detail::local_host_identity(), timeout, operation);
   config.job = environment_or("TORCHELASTIC_RUN_ID", "job");
   config.attempt = std::atoi(environment_or("TORCHELASTIC_RESTART_COUNT", "0").c_str());
 }

@@ -2,9 +2,8 @@
 //
 // Hosts are told apart by an identity string per rank (local_host_identity(), read at init): two
 // ranks are on one host when they can share a POSIX shared-memory segment and see each other's
-// pids. Hosts are numbered in
-// order of their lowest group rank; a host's leader is its lowest group rank. Plain data,
-// thread-compatible.
+// pids. Hosts are numbered in order of their lowest group rank; a host's leader is its lowest
+// group rank. Plain data, thread-compatible.
 #pragma once
 
 #include <chrono>

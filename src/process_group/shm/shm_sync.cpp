@@ -111,7 +111,7 @@ void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
     }
     now = Clock::now();
     if (now >= deadline) {
-      // The deadline is the collective's, not this wait's: say how long the collective took.
+      // The deadline is the collective's, not this wait's: name the timeout the collective ran out of.
       fail_wait(peer,
                 "timed out after the group timeout of " + std::to_string(timeout_.count()) +
                     " ms waiting for rank " + std::to_string(global_ranks_[peer]) +
