@@ -1,5 +1,4 @@
 // init_process_group, destroy_process_group, new_group and the queries of the default group.
-
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
