@@ -43,7 +43,7 @@ ShmCommunicator::ShmCommunicator(c10d::Store& store, const ShmGroupSetup& setup,
   const size_t bytes = segment_bytes(local_size);
   if (setup.local_rank == 0) {
     std::random_device random;
-    for (int attempt = 0; attempt < 8 && !segment_.data(); ++attempt) {
+    for (int tries = 0; tries < 8 && !segment_.data(); ++tries) {
       segment_ = ShmSegment::create(shm_segment_name(setup.job, setup.attempt, setup.group,
                                                      setup.host_index, random(), getpid()),
                                     bytes, operation);
