@@ -2,12 +2,14 @@
 # Side-by-side training-step benchmark: ddp-cpp's DistributedDataParallel (build/bench/ddp_bench)
 # against PyTorch's own DDP (the peer, pytorch_ddp_bench.py, Python + gloo), on the four
 # reference models, at 2 ranks on this machine. For each model, alternating in one run:
-#   (a) ours at 2 ranks, via ddprun, default backend    }
-#       ("auto": shm, as both ranks share this host)    } repeated REPS times, alternating;
-#   (b) ours at 2 ranks with --backend gloo             } the table reports the median run
-#   (c) PyTorch's DDP at 2 ranks (two python3 processes, gloo) }
-#   (d) ours, one process without DDP (compute only)
-#   (e) ours, two processes without DDP started at once (what 2 cores allow; the slower one)
+#   (a) ours at 2 ranks, via ddprun, default backend ("auto": shm, as both ranks share this host)
+#   (b) ours at 2 ranks with --backend gloo
+#   (c) PyTorch's DDP at 2 ranks (two python3 processes, gloo)
+#   (d) ours at 2 ranks without DDP but in lockstep (ddp_bench --lockstep: one float all_reduced
+#       after each backward), the floor of any synchronous data-parallel training here
+#   (a) to (d) are repeated REPS times, alternating; the table reports the median run. Then:
+#   (e) ours, one process without DDP (compute only)
+#   (f) ours, two processes without DDP started at once (what 2 cores allow; the slower one)
 # Every process runs with OMP_NUM_THREADS=1 and --threads 1, and with the same GLIBC_TUNABLES:
 # ddprun's default for its workers (glibc keeps freed activations in the heap rather than
 # page-faulting them back every step), given here to the PyTorch ranks and the no-DDP runs too,
@@ -68,9 +70,9 @@ free_port() {
   "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-ours_ddp() {  # MODEL REP LABEL BACKEND
+ours_ddp() {  # MODEL REP LABEL BACKEND [EXTRA FLAG]
   timeout "$TIMEOUT" "$DDPRUN" --standalone --nproc-per-node 2 "$BENCH" --model "$1" "${COMMON[@]}" \
-    --backend "$4" > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; exit 1; }
+    --backend "$4" ${5:+"$5"} > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; exit 1; }
   record "$3" "$2" "$TMP/out"
 }
 
@@ -113,6 +115,7 @@ for model in $MODELS; do
     ours_ddp "$model" "$rep" ours_ddp auto
     ours_ddp "$model" "$rep" ours_ddp_gloo gloo
     peer_ddp "$model" "$rep"
+    ours_ddp "$model" "$rep" ours_lockstep auto --lockstep
   done
   ours_single "$model"
   ours_concurrent "$model"
@@ -129,12 +132,15 @@ def med(model, run, agg=statistics.median):
 backend = {r.get("backend") for r in rows if r["run"] == "ours_ddp"}
 backend = backend.pop() if len(backend) == 1 else "MIXED " + str(sorted(map(str, backend)))
 print(f"| model | params | ours ms ({backend}) | ours ms (gloo) | PyTorch ms (gloo) | ours/PyTorch | "
-      "ours (gloo)/PyTorch | no-DDP 1 proc ms | 2 concurrent no-DDP ms |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "ours (gloo)/PyTorch | lockstep no-DDP ms | lockstep/PyTorch | no-DDP 1 proc ms | "
+      "2 concurrent no-DDP ms |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for m in models:
     params = {r["params"] for r in rows if r["model"] == m}
     p = "{:,}".format(params.pop()) if len(params) == 1 else "MISMATCH " + str(sorted(params))
     ours, gloo, peer = med(m, "ours_ddp"), med(m, "ours_ddp_gloo"), med(m, "pytorch_ddp")
+    lock = med(m, "ours_lockstep")
     print(f"| {m} | {p} | {ours:.1f} | {gloo:.1f} | {peer:.1f} | {ours / peer:.2f} | {gloo / peer:.2f} | "
-          f"{med(m, 'ours_noddp_1proc'):.1f} | {med(m, 'ours_noddp_2concurrent', max):.1f} |")
+          f"{lock:.1f} | {lock / peer:.2f} | {med(m, 'ours_noddp_1proc'):.1f} | "
+          f"{med(m, 'ours_noddp_2concurrent', max):.1f} |")
 PY

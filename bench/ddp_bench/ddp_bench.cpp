@@ -5,13 +5,20 @@
 //
 //   ddprun --nproc-per-node 2 build/bench/ddp_bench --model mlp|cnn|resnet|transformer
 //       [--steps 30] [--warmup 5] [--batch B] [--bucket-cap-mb 25] [--threads 1]
-//       [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo] [--no-ddp]
+//       [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo] [--no-ddp | --lockstep]
 //
 // Without RANK in the environment, or with --no-ddp, it runs one process without DDP (the
-// compute-only limit). Rank 0 prints one JSON line:
+// compute-only limit). With --lockstep the ranks train without DDP but all_reduce one float after
+// each backward, where DDP waits for its buckets: the cost of stepping in lockstep (each step
+// waits for the slower rank) without any gradient traffic, the floor of synchronous data-parallel
+// training. Rank 0 prints one JSON line:
 //   {"impl": "ddp-cpp", "model": ..., "world_size": ..., "params": ..., "batch_per_rank": ...,
-//    "step_ms_median": ..., "step_ms_min": ..., "samples_per_s": ..., "backend": ...
-//    [, "comm_hook": ...]}   ("backend" is the resolved one: "shm" or "gloo"; absent without DDP)
+//    "step_ms_median": ..., "step_ms_min": ..., "samples_per_s": ..., "mode": ...,
+//    "forward_ms_median": ..., "backward_ms_median": ..., "optimizer_ms_median": ...,
+//    "backend": ... [, "comm_hook": ...]}
+// "mode" is "ddp", "lockstep" or "no_ddp"; "backend" is the resolved one ("shm" or "gloo"),
+// absent without a process group. The phases are medians of their own: forward includes
+// zero_grad and the loss, backward includes DDP's wait for its buckets (or lockstep's all_reduce).
 #include <ddp/ddp.h>
 #include <torch/torch.h>
 
@@ -38,6 +45,7 @@ struct Args {
   int64_t batch = 0;  // 0 = the model's default
   double bucket_cap_mb = 25.0;
   bool no_ddp = false;
+  bool lockstep = false;
   int threads = 1;
   std::string comm_hook = "none";
   std::string backend = "auto";  // the library's default
@@ -47,7 +55,7 @@ constexpr const char* kUsage =
     "usage: ddp_bench [--model mlp|cnn|resnet|transformer] [--steps N] [--warmup N]\n"
     "                 [--batch B (0 = model default)] [--bucket-cap-mb MB] [--threads N]\n"
     "                 [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]\n"
-    "                 [--no-ddp]\n";
+    "                 [--no-ddp | --lockstep]\n";
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -85,6 +93,9 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--no-ddp") {
       if (inline_value) throw std::invalid_argument("--no-ddp takes no value");
       a.no_ddp = true;
+    } else if (flag == "--lockstep") {
+      if (inline_value) throw std::invalid_argument("--lockstep takes no value");
+      a.lockstep = true;
     } else {
       throw std::invalid_argument("unknown argument '" + std::string(argv[i]) + "'\n" + kUsage);
     }
@@ -95,6 +106,12 @@ Args parse_args(int argc, char** argv) {
   if (a.comm_hook != "none" && a.comm_hook != "allreduce" && a.comm_hook != "fp16" &&
       a.comm_hook != "bf16")
     throw std::invalid_argument("--comm-hook must be allreduce, fp16, bf16 or none");
+  if (a.no_ddp && a.lockstep)
+    throw std::invalid_argument("--no-ddp and --lockstep exclude each other: --lockstep already "
+                                "trains without DDP, but with its ranks in step");
+  if (a.lockstep && std::getenv("RANK") == nullptr)
+    throw std::invalid_argument("--lockstep needs ranks: start it with ddprun --nproc-per-node 2 "
+                                "(or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
   return a;
 }
 
@@ -103,18 +120,33 @@ void zero_grad_set_to_none(torch::nn::Module& module) {
   for (auto& p : module.parameters()) p.mutable_grad().reset();
 }
 
-// One step: zero_grad, forward, loss, backward, optimizer step. Returns its time in ms.
-template <typename Net>
-double train_step(Net& net, torch::nn::Module& module, torch::optim::SGD& opt,
-                  const torch::Tensor& x, const torch::Tensor& y) {
+// The times of one step's phases, in ms.
+struct StepTimes {
+  double forward = 0;  // zero_grad, forward and loss
+  double backward = 0;
+  double optimizer = 0;
+  double total() const { return forward + backward + optimizer; }
+};
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// One step: zero_grad, forward, loss, backward, after_backward(), optimizer step.
+template <typename Net, typename AfterBackward>
+StepTimes train_step(Net& net, torch::nn::Module& module, torch::optim::SGD& opt,
+                     const torch::Tensor& x, const torch::Tensor& y, AfterBackward&& after_backward) {
   const auto t0 = std::chrono::steady_clock::now();
   zero_grad_set_to_none(module);
   auto out = net(x);
   auto loss = torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), y.reshape(-1));
-  loss.backward();
-  opt.step();
   const auto t1 = std::chrono::steady_clock::now();
-  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+  loss.backward();
+  after_backward();
+  const auto t2 = std::chrono::steady_clock::now();
+  opt.step();
+  const auto t3 = std::chrono::steady_clock::now();
+  return {ms_between(t0, t1), ms_between(t1, t2), ms_between(t2, t3)};
 }
 
 double median(std::vector<double> v) {
@@ -131,11 +163,15 @@ ddp::CommHook make_hook(const std::string& name) {
 
 int run(const Args& a) {
   torch::set_num_threads(a.threads);
-  const bool use_ddp = !a.no_ddp && std::getenv("RANK") != nullptr;
+  const bool use_ddp = !a.no_ddp && !a.lockstep && std::getenv("RANK") != nullptr;
+  const bool use_group = use_ddp || a.lockstep;
   int rank = 0;
   int world_size = 1;
-  if (use_ddp) {
-    ddp::init_process_group(ddp::InitOptions().backend(a.backend));
+  if (use_group) {
+    // Lockstep's one all_reduce per step goes without the fingerprint exchange, as DDP's bucket
+    // all_reduces do.
+    ddp::init_process_group(
+        ddp::InitOptions().backend(a.backend).verify_collectives(!a.lockstep));
     rank = ddp::get_rank();
     world_size = ddp::get_world_size();
   }
@@ -149,8 +185,7 @@ int run(const Args& a) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(1234 + rank);
   auto [x, y] = ddp_bench::make_batch(a.model, batch, generator);
 
-  std::vector<double> times;
-  times.reserve(a.steps);
+  std::vector<double> times, forward_times, backward_times, optimizer_times;
   auto plain = [&](const torch::Tensor& in) { return model->forward(in); };
   std::unique_ptr<ddp::DistributedDataParallel<std::shared_ptr<ddp_bench::BenchModel>>> ddp_net;
   if (use_ddp) {
@@ -159,29 +194,40 @@ int run(const Args& a) {
     if (a.comm_hook != "none") ddp_net->register_comm_hook(make_hook(a.comm_hook));
   }
   auto wrapped = [&](const torch::Tensor& in) { return (*ddp_net)(in); };
+  auto token = torch::zeros({1});
+  auto nothing = [] {};
+  auto in_step = [&] { ddp::all_reduce(token); };
   for (int i = 0; i < a.warmup + a.steps; ++i) {
-    const double ms = use_ddp ? train_step(wrapped, *model, opt, x, y)
-                              : train_step(plain, *model, opt, x, y);
-    if (i >= a.warmup) times.push_back(ms);
+    const StepTimes t = use_ddp      ? train_step(wrapped, *model, opt, x, y, nothing)
+                        : a.lockstep ? train_step(plain, *model, opt, x, y, in_step)
+                                     : train_step(plain, *model, opt, x, y, nothing);
+    if (i < a.warmup) continue;
+    times.push_back(t.total());
+    forward_times.push_back(t.forward);
+    backward_times.push_back(t.backward);
+    optimizer_times.push_back(t.optimizer);
   }
 
   if (rank == 0) {
     const double med = median(times);
     const double mn = *std::min_element(times.begin(), times.end());
-    std::string hook;
-    if (use_ddp) hook = ", \"backend\": \"" + ddp::get_backend() + "\"";
-    if (a.comm_hook != "none") hook += ", \"comm_hook\": \"" + a.comm_hook + "\"";
+    const char* mode = use_ddp ? "ddp" : a.lockstep ? "lockstep" : "no_ddp";
+    std::string extra;
+    if (use_group) extra = ", \"backend\": \"" + ddp::get_backend() + "\"";
+    if (use_ddp && a.comm_hook != "none") extra += ", \"comm_hook\": \"" + a.comm_hook + "\"";
     std::printf(
         "{\"impl\": \"ddp-cpp\", \"model\": \"%s\", \"world_size\": %d, \"params\": %lld, "
         "\"batch_per_rank\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
-        "\"samples_per_s\": %.1f%s}\n",
+        "\"samples_per_s\": %.1f, \"mode\": \"%s\", \"forward_ms_median\": %.3f, "
+        "\"backward_ms_median\": %.3f, \"optimizer_ms_median\": %.3f%s}\n",
         a.model.c_str(), world_size, static_cast<long long>(params),
         static_cast<long long>(batch), med, mn,
-        static_cast<double>(batch) * world_size * 1000.0 / med, hook.c_str());
+        static_cast<double>(batch) * world_size * 1000.0 / med, mode, median(forward_times),
+        median(backward_times), median(optimizer_times), extra.c_str());
     std::fflush(stdout);
   }
   ddp_net.reset();
-  if (use_ddp) ddp::destroy_process_group();
+  if (use_group) ddp::destroy_process_group();
   return 0;
 }
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# ddp_bench's three modes on a few steps, as bench/run_ddp_bench.sh uses them: DDP and lockstep at
+# 2 ranks and one process without DDP each print a JSON line that names the mode and times the
+# phases; --lockstep without ranks, or with --no-ddp, fails with a message that says what to do.
+# Usage: ddp_bench_modes_test.sh DDPRUN DDP_BENCH
+set -euo pipefail
+ddprun=$1
+bench=$2
+work=$(mktemp -d /tmp/ddp_bench_modes_test_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT
+few_steps=(--model mlp --steps 3 --warmup 1 --batch 8 --threads 1)
+phases='"forward_ms_median": [0-9.]+, "backward_ms_median": [0-9.]+, "optimizer_ms_median": [0-9.]+'
+
+fail() { echo "FAIL: $1"; shift; cat "$@"; exit 1; }
+
+# expect_line NAME REGEX FILE: FILE has exactly one JSON line and it matches REGEX.
+expect_line() {
+  [[ $(grep -c '{' "$3") -eq 1 ]] || fail "$1: not exactly one JSON line" "$3"
+  grep -Eq "$2" "$3" || fail "$1: the JSON line does not match $2" "$3"
+}
+
+timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" \
+  > "$work/ddp" 2>&1 || fail "ddp mode exited $?" "$work/ddp"
+expect_line ddp "\"world_size\": 2, .*\"mode\": \"ddp\", $phases, \"backend\": \"shm\"}" "$work/ddp"
+
+timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" --lockstep \
+  > "$work/lockstep" 2>&1 || fail "lockstep mode exited $?" "$work/lockstep"
+expect_line lockstep "\"world_size\": 2, .*\"mode\": \"lockstep\", $phases, \"backend\": \"shm\"}" \
+  "$work/lockstep"
+
+timeout 120 "$bench" "${few_steps[@]}" > "$work/single" 2>&1 || fail "no_ddp exited $?" "$work/single"
+expect_line no_ddp "\"world_size\": 1, .*\"mode\": \"no_ddp\", $phases}" "$work/single"
+
+if timeout 60 "$bench" "${few_steps[@]}" --lockstep > "$work/no_ranks" 2>&1; then
+  fail "--lockstep without ranks succeeded" "$work/no_ranks"
+fi
+grep -q -- "--lockstep needs ranks: start it with ddprun" "$work/no_ranks" ||
+  fail "--lockstep without ranks: wrong message" "$work/no_ranks"
+
+if timeout 60 "$bench" "${few_steps[@]}" --lockstep --no-ddp > "$work/both" 2>&1; then
+  fail "--lockstep --no-ddp succeeded" "$work/both"
+fi
+grep -q -- "--no-ddp and --lockstep exclude each other" "$work/both" ||
+  fail "--lockstep --no-ddp: wrong message" "$work/both"
+echo PASS
