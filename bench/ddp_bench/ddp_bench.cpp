@@ -5,18 +5,23 @@
 //
 //   ddprun --nproc-per-node 2 build/bench/ddp_bench --model mlp|cnn|resnet|transformer
 //       [--steps 30] [--warmup 5] [--batch B] [--bucket-cap-mb 25] [--threads 1]
-//       [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo] [--no-ddp | --lockstep]
+//       [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]
+//       [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view]
 //
 // Without RANK in the environment, or with --no-ddp, it runs one process without DDP (the
 // compute-only limit). With --lockstep the ranks train without DDP but all_reduce one float after
 // each backward, where DDP waits for its buckets: the cost of stepping in lockstep (each step
 // waits for the slower rank) without any gradient traffic, the floor of synchronous data-parallel
-// training. Rank 0 prints one JSON line:
+// training. With --paired the ranks alternate a DDP step and a lockstep step in the same processes,
+// so that both see the same state of a noisy machine: the median of the per-pair differences is
+// DDP's own cost over stepping in lockstep. Rank 0 prints one JSON line:
 //   {"impl": "ddp-cpp", "model": ..., "world_size": ..., "params": ..., "batch_per_rank": ...,
 //    "step_ms_median": ..., "step_ms_min": ..., "samples_per_s": ..., "mode": ...,
 //    "forward_ms_median": ..., "backward_ms_median": ..., "optimizer_ms_median": ...,
-//    "backend": ... [, "comm_hook": ...]}
-// "mode" is "ddp", "lockstep" or "no_ddp"; "backend" is the resolved one ("shm" or "gloo"),
+//    "backend": ... [, "comm_hook": ...] [, "gradient_as_bucket_view": true]}
+// "mode" is "ddp", "lockstep", "paired" or "no_ddp"; paired adds "lockstep_step_ms_median",
+// "ddp_minus_lockstep_ms_median" and "ddp_minus_lockstep_backward_ms_median", and its other times
+// are those of the DDP steps; "backend" is the resolved one ("shm" or "gloo"),
 // absent without a process group. The phases are medians of their own: forward includes
 // zero_grad and the loss, backward includes DDP's wait for its buckets (or lockstep's all_reduce).
 #include <ddp/ddp.h>
@@ -46,6 +51,8 @@ struct Args {
   double bucket_cap_mb = 25.0;
   bool no_ddp = false;
   bool lockstep = false;
+  bool paired = false;
+  bool gradient_as_bucket_view = false;  // DDPOptions' default, as in PyTorch
   int threads = 1;
   std::string comm_hook = "none";
   std::string backend = "auto";  // the library's default
@@ -55,7 +62,7 @@ constexpr const char* kUsage =
     "usage: ddp_bench [--model mlp|cnn|resnet|transformer] [--steps N] [--warmup N]\n"
     "                 [--batch B (0 = model default)] [--bucket-cap-mb MB] [--threads N]\n"
     "                 [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]\n"
-    "                 [--no-ddp | --lockstep]\n";
+    "                 [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view]\n";
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -96,22 +103,29 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--lockstep") {
       if (inline_value) throw std::invalid_argument("--lockstep takes no value");
       a.lockstep = true;
+    } else if (flag == "--paired") {
+      if (inline_value) throw std::invalid_argument("--paired takes no value");
+      a.paired = true;
+    } else if (flag == "--gradient-as-bucket-view") {
+      if (inline_value) throw std::invalid_argument("--gradient-as-bucket-view takes no value");
+      a.gradient_as_bucket_view = true;
     } else {
       throw std::invalid_argument("unknown argument '" + std::string(argv[i]) + "'\n" + kUsage);
     }
   }
   if (a.steps < 1 || a.warmup < 0 || a.batch < 0 || a.threads < 1 || a.bucket_cap_mb <= 0)
-    throw std::invalid_argument("--steps and --threads must be >= 1, --warmup and --batch >= 0, "
-                                "--bucket-cap-mb > 0");
+    throw std::invalid_argument(
+        "--steps and --threads must be >= 1, --warmup and --batch >= 0, "
+        "--bucket-cap-mb > 0");
   if (a.comm_hook != "none" && a.comm_hook != "allreduce" && a.comm_hook != "fp16" &&
       a.comm_hook != "bf16")
     throw std::invalid_argument("--comm-hook must be allreduce, fp16, bf16 or none");
-  if (a.no_ddp && a.lockstep)
-    throw std::invalid_argument("--no-ddp and --lockstep exclude each other: --lockstep already "
-                                "trains without DDP, but with its ranks in step");
-  if (a.lockstep && std::getenv("RANK") == nullptr)
-    throw std::invalid_argument("--lockstep needs ranks: start it with ddprun --nproc-per-node 2 "
-                                "(or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
+  if (a.no_ddp + a.lockstep + a.paired > 1)
+    throw std::invalid_argument("--no-ddp, --lockstep and --paired exclude each other");
+  if ((a.lockstep || a.paired) && std::getenv("RANK") == nullptr)
+    throw std::invalid_argument(std::string(a.lockstep ? "--lockstep" : "--paired") +
+                                " needs ranks: start it with ddprun --nproc-per-node 2 (or set "
+                                "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
   return a;
 }
 
@@ -128,14 +142,16 @@ struct StepTimes {
   double total() const { return forward + backward + optimizer; }
 };
 
-double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+double ms_between(std::chrono::steady_clock::time_point a,
+                  std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
 // One step: zero_grad, forward, loss, backward, after_backward(), optimizer step.
 template <typename Net, typename AfterBackward>
 StepTimes train_step(Net& net, torch::nn::Module& module, torch::optim::SGD& opt,
-                     const torch::Tensor& x, const torch::Tensor& y, AfterBackward&& after_backward) {
+                     const torch::Tensor& x, const torch::Tensor& y,
+                     AfterBackward&& after_backward) {
   const auto t0 = std::chrono::steady_clock::now();
   zero_grad_set_to_none(module);
   auto out = net(x);
@@ -163,15 +179,17 @@ ddp::CommHook make_hook(const std::string& name) {
 
 int run(const Args& a) {
   torch::set_num_threads(a.threads);
+  // --paired runs DDP steps too (and lockstep steps between them).
   const bool use_ddp = !a.no_ddp && !a.lockstep && std::getenv("RANK") != nullptr;
   const bool use_group = use_ddp || a.lockstep;
+  const bool lockstep_steps = a.lockstep || a.paired;
   int rank = 0;
   int world_size = 1;
   if (use_group) {
     // Lockstep's one all_reduce per step goes without the fingerprint exchange, as DDP's bucket
     // all_reduces do.
     ddp::init_process_group(
-        ddp::InitOptions().backend(a.backend).verify_collectives(!a.lockstep));
+        ddp::InitOptions().backend(a.backend).verify_collectives(!lockstep_steps));
     rank = ddp::get_rank();
     world_size = ddp::get_world_size();
   }
@@ -185,12 +203,17 @@ int run(const Args& a) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(1234 + rank);
   auto [x, y] = ddp_bench::make_batch(a.model, batch, generator);
 
+  // The DDP (or only) steps' times; with --paired, the lockstep steps' and the pairs' differences.
   std::vector<double> times, forward_times, backward_times, optimizer_times;
+  std::vector<double> lockstep_times, pair_differences, pair_backward_differences;
   auto plain = [&](const torch::Tensor& in) { return model->forward(in); };
   std::unique_ptr<ddp::DistributedDataParallel<std::shared_ptr<ddp_bench::BenchModel>>> ddp_net;
   if (use_ddp) {
-    ddp_net = std::make_unique<ddp::DistributedDataParallel<std::shared_ptr<ddp_bench::BenchModel>>>(
-        model, ddp::DDPOptions().bucket_cap_mb(a.bucket_cap_mb));
+    ddp_net =
+        std::make_unique<ddp::DistributedDataParallel<std::shared_ptr<ddp_bench::BenchModel>>>(
+            model, ddp::DDPOptions()
+                       .bucket_cap_mb(a.bucket_cap_mb)
+                       .gradient_as_bucket_view(a.gradient_as_bucket_view));
     if (a.comm_hook != "none") ddp_net->register_comm_hook(make_hook(a.comm_hook));
   }
   auto wrapped = [&](const torch::Tensor& in) { return (*ddp_net)(in); };
@@ -201,29 +224,45 @@ int run(const Args& a) {
     const StepTimes t = use_ddp      ? train_step(wrapped, *model, opt, x, y, nothing)
                         : a.lockstep ? train_step(plain, *model, opt, x, y, in_step)
                                      : train_step(plain, *model, opt, x, y, nothing);
+    // The lockstep half of a pair: DDP's hooks see a backward it did not prepare and leave the
+    // gradients alone.
+    const StepTimes l = a.paired ? train_step(plain, *model, opt, x, y, in_step) : StepTimes{};
     if (i < a.warmup) continue;
     times.push_back(t.total());
     forward_times.push_back(t.forward);
     backward_times.push_back(t.backward);
     optimizer_times.push_back(t.optimizer);
+    if (!a.paired) continue;
+    lockstep_times.push_back(l.total());
+    pair_differences.push_back(t.total() - l.total());
+    pair_backward_differences.push_back(t.backward - l.backward);
   }
 
   if (rank == 0) {
     const double med = median(times);
     const double mn = *std::min_element(times.begin(), times.end());
-    const char* mode = use_ddp ? "ddp" : a.lockstep ? "lockstep" : "no_ddp";
+    const char* mode = a.paired ? "paired" : use_ddp ? "ddp" : a.lockstep ? "lockstep" : "no_ddp";
     std::string extra;
-    if (use_group) extra = ", \"backend\": \"" + ddp::get_backend() + "\"";
+    if (a.paired) {
+      char text[200];
+      std::snprintf(text, sizeof text,
+                    ", \"lockstep_step_ms_median\": %.3f, \"ddp_minus_lockstep_ms_median\": %.3f, "
+                    "\"ddp_minus_lockstep_backward_ms_median\": %.3f",
+                    median(lockstep_times), median(pair_differences),
+                    median(pair_backward_differences));
+      extra = text;
+    }
+    if (use_group) extra += ", \"backend\": \"" + ddp::get_backend() + "\"";
     if (use_ddp && a.comm_hook != "none") extra += ", \"comm_hook\": \"" + a.comm_hook + "\"";
+    if (use_ddp && a.gradient_as_bucket_view) extra += ", \"gradient_as_bucket_view\": true";
     std::printf(
         "{\"impl\": \"ddp-cpp\", \"model\": \"%s\", \"world_size\": %d, \"params\": %lld, "
         "\"batch_per_rank\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
         "\"samples_per_s\": %.1f, \"mode\": \"%s\", \"forward_ms_median\": %.3f, "
         "\"backward_ms_median\": %.3f, \"optimizer_ms_median\": %.3f%s}\n",
-        a.model.c_str(), world_size, static_cast<long long>(params),
-        static_cast<long long>(batch), med, mn,
-        static_cast<double>(batch) * world_size * 1000.0 / med, mode, median(forward_times),
-        median(backward_times), median(optimizer_times), extra.c_str());
+        a.model.c_str(), world_size, static_cast<long long>(params), static_cast<long long>(batch),
+        med, mn, static_cast<double>(batch) * world_size * 1000.0 / med, mode,
+        median(forward_times), median(backward_times), median(optimizer_times), extra.c_str());
     std::fflush(stdout);
   }
   ddp_net.reset();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# ddp_bench's three modes on a few steps, as bench/run_ddp_bench.sh uses them: DDP and lockstep at
-# 2 ranks and one process without DDP each print a JSON line that names the mode and times the
-# phases; --lockstep without ranks, or with --no-ddp, fails with a message that says what to do.
+# ddp_bench's modes on a few steps: DDP (with and without gradient_as_bucket_view), lockstep and
+# paired at 2 ranks, and one process without DDP, each print a JSON line that names the mode and
+# times the phases (paired also the lockstep steps and the pairs' differences); --lockstep without
+# ranks, or with --no-ddp, fails with a message that says what to do.
 # Usage: ddp_bench_modes_test.sh DDPRUN DDP_BENCH
 set -euo pipefail
 ddprun=$1
@@ -24,12 +25,24 @@ timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}"
   > "$work/ddp" 2>&1 || fail "ddp mode exited $?" "$work/ddp"
 expect_line ddp "\"world_size\": 2, .*\"mode\": \"ddp\", $phases, \"backend\": \"shm\"}" "$work/ddp"
 
+timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" \
+  --gradient-as-bucket-view > "$work/view" 2>&1 || fail "ddp, bucket views: exited $?" "$work/view"
+expect_line view "\"mode\": \"ddp\", .*\"gradient_as_bucket_view\": true}" "$work/view"
+
 timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" --lockstep \
   > "$work/lockstep" 2>&1 || fail "lockstep mode exited $?" "$work/lockstep"
 expect_line lockstep "\"world_size\": 2, .*\"mode\": \"lockstep\", $phases, \"backend\": \"shm\"}" \
   "$work/lockstep"
 
-timeout 120 "$bench" "${few_steps[@]}" > "$work/single" 2>&1 || fail "no_ddp exited $?" "$work/single"
+timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" --paired \
+  > "$work/paired" 2>&1 || fail "paired mode exited $?" "$work/paired"
+differences='"lockstep_step_ms_median": [0-9.]+, "ddp_minus_lockstep_ms_median": -?[0-9.]+, '
+differences+='"ddp_minus_lockstep_backward_ms_median": -?[0-9.]+'
+expect_line paired "\"mode\": \"paired\", $phases, $differences, \"backend\": \"shm\"}" \
+  "$work/paired"
+
+timeout 120 "$bench" "${few_steps[@]}" > "$work/single" 2>&1 ||
+  fail "no_ddp exited $?" "$work/single"
 expect_line no_ddp "\"world_size\": 1, .*\"mode\": \"no_ddp\", $phases}" "$work/single"
 
 if timeout 60 "$bench" "${few_steps[@]}" --lockstep > "$work/no_ranks" 2>&1; then
@@ -41,6 +54,6 @@ grep -q -- "--lockstep needs ranks: start it with ddprun" "$work/no_ranks" ||
 if timeout 60 "$bench" "${few_steps[@]}" --lockstep --no-ddp > "$work/both" 2>&1; then
   fail "--lockstep --no-ddp succeeded" "$work/both"
 fi
-grep -q -- "--no-ddp and --lockstep exclude each other" "$work/both" ||
+grep -q -- "--no-ddp, --lockstep and --paired exclude each other" "$work/both" ||
   fail "--lockstep --no-ddp: wrong message" "$work/both"
 echo PASS
