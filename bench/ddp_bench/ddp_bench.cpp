@@ -78,6 +78,10 @@ Args parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
       return argv[++i];
     };
+    auto switch_on = [&] {  // a flag without a value
+      if (inline_value) throw std::invalid_argument(flag + " takes no value");
+      return true;
+    };
     if (flag == "-h" || flag == "--help") {
       std::cout << kUsage;
       std::exit(0);
@@ -98,17 +102,13 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--backend") {
       a.backend = value();
     } else if (flag == "--no-ddp") {
-      if (inline_value) throw std::invalid_argument("--no-ddp takes no value");
-      a.no_ddp = true;
+      a.no_ddp = switch_on();
     } else if (flag == "--lockstep") {
-      if (inline_value) throw std::invalid_argument("--lockstep takes no value");
-      a.lockstep = true;
+      a.lockstep = switch_on();
     } else if (flag == "--paired") {
-      if (inline_value) throw std::invalid_argument("--paired takes no value");
-      a.paired = true;
+      a.paired = switch_on();
     } else if (flag == "--gradient-as-bucket-view") {
-      if (inline_value) throw std::invalid_argument("--gradient-as-bucket-view takes no value");
-      a.gradient_as_bucket_view = true;
+      a.gradient_as_bucket_view = switch_on();
     } else {
       throw std::invalid_argument("unknown argument '" + std::string(argv[i]) + "'\n" + kUsage);
     }
@@ -122,6 +122,9 @@ Args parse_args(int argc, char** argv) {
     throw std::invalid_argument("--comm-hook must be allreduce, fp16, bf16 or none");
   if (a.no_ddp + a.lockstep + a.paired > 1)
     throw std::invalid_argument("--no-ddp, --lockstep and --paired exclude each other");
+  if ((a.no_ddp || a.lockstep) && (a.comm_hook != "none" || a.gradient_as_bucket_view))
+    throw std::invalid_argument("--comm-hook and --gradient-as-bucket-view are DDP's: drop them, "
+                                "or --no-ddp / --lockstep");
   if ((a.lockstep || a.paired) && std::getenv("RANK") == nullptr)
     throw std::invalid_argument(std::string(a.lockstep ? "--lockstep" : "--paired") +
                                 " needs ranks: start it with ddprun --nproc-per-node 2 (or set "
@@ -254,7 +257,9 @@ int run(const Args& a) {
     }
     if (use_group) extra += ", \"backend\": \"" + ddp::get_backend() + "\"";
     if (use_ddp && a.comm_hook != "none") extra += ", \"comm_hook\": \"" + a.comm_hook + "\"";
-    if (use_ddp && a.gradient_as_bucket_view) extra += ", \"gradient_as_bucket_view\": true";
+    if (use_ddp && ddp_net->options().gradient_as_bucket_view()) {
+      extra += ", \"gradient_as_bucket_view\": true";  // as DDP holds it, not as parsed
+    }
     std::printf(
         "{\"impl\": \"ddp-cpp\", \"model\": \"%s\", \"world_size\": %d, \"params\": %lld, "
         "\"batch_per_rank\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "

@@ -2,7 +2,8 @@
 # ddp_bench's modes on a few steps: DDP (with and without gradient_as_bucket_view), lockstep and
 # paired at 2 ranks, and one process without DDP, each print a JSON line that names the mode and
 # times the phases (paired also the lockstep steps and the pairs' differences); --lockstep without
-# ranks, or with --no-ddp, fails with a message that says what to do.
+# ranks or with --no-ddp, a DDP option without DDP, and a switch given a value fail with a message
+# that says what to do.
 # Usage: ddp_bench_modes_test.sh DDPRUN DDP_BENCH
 set -euo pipefail
 ddprun=$1
@@ -56,4 +57,13 @@ if timeout 60 "$bench" "${few_steps[@]}" --lockstep --no-ddp > "$work/both" 2>&1
 fi
 grep -q -- "--no-ddp, --lockstep and --paired exclude each other" "$work/both" ||
   fail "--lockstep --no-ddp: wrong message" "$work/both"
+if timeout 60 "$bench" "${few_steps[@]}" --paired=yes > "$work/valued" 2>&1; then
+  fail "--paired=yes succeeded" "$work/valued"
+fi
+grep -q -- "--paired takes no value" "$work/valued" || fail "--paired=yes: wrong message" "$work/valued"
+if timeout 60 "$bench" "${few_steps[@]}" --no-ddp --comm-hook fp16 > "$work/hook" 2>&1; then
+  fail "--no-ddp --comm-hook fp16 succeeded" "$work/hook"
+fi
+grep -q -- "--comm-hook and --gradient-as-bucket-view are DDP's" "$work/hook" ||
+  fail "--no-ddp --comm-hook fp16: wrong message" "$work/hook"
 echo PASS
