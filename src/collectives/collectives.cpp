@@ -7,6 +7,7 @@
 #include "collectives/reduce_op.h"
 #include "collectives/unverified.h"
 #include "common/error_context.h"
+#include "process_group/shm/shm_process_group.h"
 #include "process_group/waits_at_once.h"
 #include "process_group/work_state.h"
 
@@ -59,6 +60,20 @@ Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group
     if (reduce.divide_by_size) detail::divide_by(result, size);
     CollectiveCall::unstage(target, result);
   });
+}
+
+bool reduces_lists_in_place(const ProcessGroup& group) {
+  CollectiveCall call("all_reduce", group);
+  return ShmProcessGroup::reduces_lists_in_place(call.backend());
+}
+
+Work premul_sum_in_place_async(std::vector<at::Tensor> tensors, double factor,
+                               const ProcessGroup& group) {
+  CollectiveCall call("all_reduce", group);
+  c10d::AllreduceCoalescedOptions options;
+  options.reduceOp = c10d::makeNCCLPreMulSum(factor);
+  auto work = launch(call, [&] { return call.backend().allreduce_coalesced(tensors, options); });
+  return make_work(call, work, nullptr);
 }
 
 Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group, bool verify) {

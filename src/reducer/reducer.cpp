@@ -1,10 +1,12 @@
 #include "reducer/reducer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ScalarOps.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "collectives/unverified.h"
@@ -55,7 +57,10 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
       names_(std::move(names)),
       group_(std::move(group)),
       options_(options),
-      world_size_(group_.size()) {
+      world_size_(group_.size()),
+      // As PyTorch's DDP averages: each gradient times 1/world_size, then the sum.
+      average_factor_(at::native::wrapped_scalar_tensor(1.0 / world_size_)),
+      group_reduces_in_place_(reduces_lists_in_place(group_)) {
   // Gradients become ready roughly in reverse registration order: start from that order, with a
   // small first bucket, until the first iteration tells the real order.
   std::vector<size_t> order;
@@ -139,6 +144,7 @@ void Reducer::reset_iteration() {
   next_bucket_ = 0;
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.parameters.size();
+    bucket.in_grad.assign(bucket.parameters.size(), false);
     bucket.work = Work();
   }
 }
@@ -240,6 +246,14 @@ std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
   return indices;
 }
 
+size_t Reducer::reduced_in_place() const {
+  size_t count = 0;
+  for (const auto& bucket : buckets_) {
+    count += std::count(bucket.in_grad.begin(), bucket.in_grad.end(), true);
+  }
+  return count;
+}
+
 void Reducer::autograd_hook(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (options_.find_unused_parameters && parameters_[index].grad().defined()) {
@@ -249,13 +263,13 @@ void Reducer::autograd_hook(size_t index) {
   any_backward_ = true;
   if (!hooks_fired_) {
     hooks_fired_ = true;
-    for (size_t unused : unused_) mark_ready(unused);
+    for (size_t unused : unused_) mark_ready(unused, /*got_gradient=*/false);
   }
   if (!has_rebuilt_ && ready_order_.size() < parameters_.size()) ready_order_.push_back(index);
-  mark_ready(index);
+  mark_ready(index, /*got_gradient=*/true);
 }
 
-void Reducer::mark_ready(size_t index) {
+void Reducer::mark_ready(size_t index, bool got_gradient) {
   if (ready_[index]) {
     fail("DistributedDataParallel backward",
          "expected to mark a variable ready only once, but parameter " + parameter_list({index}) +
@@ -266,24 +280,39 @@ void Reducer::mark_ready(size_t index) {
              "iteration, or find_unused_parameters(false).");
   }
   ready_[index] = true;
-  copy_gradient_to_bucket(index);
+  stage_gradient(index, got_gradient);
   Bucket& bucket = buckets_[slots_[index].bucket];
   if (--bucket.pending == 0) launch_ready_buckets();
 }
 
-void Reducer::copy_gradient_to_bucket(size_t index) {
+bool Reducer::reduces_in_place(const Bucket& bucket) const {
+  const auto dtype = bucket.buffer.scalar_type();
+  return group_reduces_in_place_ && !comm_hook_ && (dtype == at::kFloat || dtype == at::kDouble);
+}
+
+void Reducer::stage_gradient(size_t index, bool got_gradient) {
   at::NoGradGuard no_grad;
   at::Tensor& grad = parameters_[index].mutable_grad();
-  at::Tensor& view = buckets_[slots_[index].bucket].views[slots_[index].position];
-  // Without a hook, dividing while copying saves a pass over the bucket; a hook averages itself.
-  const bool divide = !comm_hook_;
+  Bucket& bucket = buckets_[slots_[index].bucket];
+  const size_t position = slots_[index].position;
+  at::Tensor& view = bucket.views[position];
+  // The backend multiplies while it reduces in place; otherwise multiplying while copying saves a
+  // pass over the bucket. A comm hook averages itself.
+  const bool in_place = reduces_in_place(bucket);
+  const bool multiply = !comm_hook_ && !in_place;
   if (!grad.defined()) {
     view.zero_();
   } else if (options_.gradient_as_bucket_view && grad.is_alias_of(view)) {
-    if (divide) view.div_(world_size_);
+    if (multiply) view.mul_(average_factor_);
+  } else if (in_place && got_gradient && !options_.gradient_as_bucket_view &&
+             grad.is_contiguous() && grad.scalar_type() == view.scalar_type() &&
+             grad.layout() == at::kStrided && grad.device() == view.device()) {
+    // Reduced where autograd left it: no copy in, none back. Not for a parameter this rank did
+    // not use, whose .grad must stay untouched if no rank used it.
+    bucket.in_grad[position] = true;
   } else {
-    if (divide) {
-      at::div_out(view, grad, world_size_);
+    if (multiply) {
+      at::mul_out(view, grad, average_factor_);
     } else {
       view.copy_(grad);
     }
@@ -294,7 +323,15 @@ void Reducer::copy_gradient_to_bucket(size_t index) {
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
-    if (comm_hook_) {
+    if (reduces_in_place(bucket)) {
+      std::vector<at::Tensor> tensors;
+      for (size_t position = 0; position < bucket.parameters.size(); ++position) {
+        tensors.push_back(bucket.in_grad[position]
+                              ? parameters_[bucket.parameters[position]].grad()
+                              : bucket.views[position]);
+      }
+      bucket.work = premul_sum_in_place_async(std::move(tensors), 1.0 / world_size_, group_);
+    } else if (comm_hook_) {
       std::vector<at::Tensor> members;
       for (size_t index : bucket.parameters) members.push_back(parameters_[index]);
       GradBucket grad_bucket(next_bucket_, buckets_.size(), bucket.buffer, std::move(members));
@@ -323,7 +360,9 @@ void Reducer::finalize_backward() {
   }
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (used && used[i] == 0) continue;  // unused on every rank: .grad stays as it was
-    at::Tensor& view = buckets_[slots_[i].bucket].views[slots_[i].position];
+    const Bucket& bucket = buckets_[slots_[i].bucket];
+    if (bucket.in_grad[slots_[i].position]) continue;  // reduced in place
+    const at::Tensor& view = bucket.views[slots_[i].position];
     at::Tensor& grad = parameters_[i].mutable_grad();
     if (options_.gradient_as_bucket_view) {
       if (!grad.defined() || !grad.is_alias_of(view)) grad = view;

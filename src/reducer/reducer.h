@@ -1,12 +1,16 @@
 // Reducer: averages gradients over a group in buckets, overlapped with backward.
 //
 // A post hook on each parameter's gradient accumulator marks the parameter ready once its
-// gradient is accumulated; its gradient is copied (pre-divided by the group size, unless a comm
-// hook is set) into its slot of the bucket's flat buffer. When every parameter of a bucket is
-// ready, the bucket's reduction starts asynchronously through the comm hook, strictly in bucket
-// order, so that every rank issues the same collectives in the same order whatever order its
-// gradients arrive in. The last launch queues finalize_backward on the autograd engine, which runs
-// once backward is over: it waits for every bucket and writes the averaged gradients to .grad.
+// gradient is accumulated; its gradient is copied (multiplied by 1/group size, unless a comm hook
+// is set) into its slot of the bucket's flat buffer. When every parameter of a bucket is ready,
+// the bucket's reduction starts asynchronously through the comm hook, strictly in bucket order,
+// so that every rank issues the same collectives in the same order whatever order its gradients
+// arrive in. The last launch queues finalize_backward on the autograd engine, which runs once
+// backward is over: it waits for every bucket and writes the averaged gradients to .grad.
+// Where the backend reduces a list of tensors in place (shm on one host) and no comm hook is set,
+// a bucket is reduced where its gradients are, multiplied as they are summed: the copies into the
+// bucket and back, two passes over every gradient, are skipped. The bucket's buffer then holds
+// only what has no contiguous .grad of its own (a parameter no gradient reached on this rank).
 // After the first iteration the buckets are rebuilt once, in the order gradients actually became
 // ready (rank 0's order, broadcast), so that the first bucket fills first.
 //
@@ -56,12 +60,15 @@ class Reducer {
 
   /// For tests and logging: the parameter indices of each bucket, in reduction order.
   std::vector<std::vector<size_t>> bucket_indices() const;
+  /// For tests: how many parameters the last backward reduced in their own .grad, not in a bucket.
+  size_t reduced_in_place() const;
 
  private:
   struct Bucket {
     std::vector<size_t> parameters;  // indices into parameters_
     at::Tensor buffer;               // flat gradients
     std::vector<at::Tensor> views;   // one per parameter, shaped like it, into buffer
+    std::vector<bool> in_grad;       // this iteration: reduced in the parameter's .grad itself
     size_t pending = 0;
     Work work;
   };
@@ -76,8 +83,11 @@ class Reducer {
   void reset_iteration();
   std::vector<size_t> find_unused(const std::vector<at::Tensor>& outputs) const;
   void autograd_hook(size_t index);
-  void mark_ready(size_t index);
-  void copy_gradient_to_bucket(size_t index);
+  // got_gradient: false for a parameter marked ready because the outputs do not reach it.
+  void mark_ready(size_t index, bool got_gradient);
+  bool reduces_in_place(const Bucket& bucket) const;
+  // Copies (or, in place, leaves) the gradient where the bucket's reduction will find it.
+  void stage_gradient(size_t index, bool got_gradient);
   void launch_ready_buckets();
   void finalize_backward();
   std::string parameter_list(const std::vector<size_t>& indices) const;
@@ -87,6 +97,8 @@ class Reducer {
   ProcessGroup group_;
   ReducerOptions options_;
   int world_size_;
+  at::Tensor average_factor_;    // 1/world_size, a wrapped scalar as PyTorch's reducer uses
+  bool group_reduces_in_place_;  // the backend takes premultiplied lists (unverified.h)
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
   std::vector<uintptr_t> hook_keys_;
 

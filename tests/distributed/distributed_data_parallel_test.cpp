@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "ddp/ddp.h"
+#include "reducer/reducer.h"
 #include "support/multiprocess.h"
 
 using ddp::testing::run_ranks_ok;
@@ -113,6 +114,82 @@ TEST(DistributedDataParallel, CnnWithGradientAsBucketViewEqualsOneProcess) {
       expect_equivalent_to_one_process(
           true, world, rank, ddp::DDPOptions().bucket_cap_mb(0.004).gradient_as_bucket_view(true));
       expect_equivalent_to_one_process(true, world, rank, ddp::DDPOptions().bucket_cap_mb(0.004));
+      ddp::destroy_process_group();
+    });
+  }
+}
+
+TEST(DistributedDataParallel, AveragedGradientsHavePyTorchsBitsAtThreeRanks) {
+  // PyTorch's DDP multiplies each gradient by 1/world_size, rounded, and sums; at 3 ranks that is
+  // not what dividing gives. On one host shm reduces the gradients where autograd left them
+  // (default options), or in the buckets (gradient_as_bucket_view, several buckets), or both
+  // (find_unused_parameters): each must give those bits, the all-reduce of the premultiplied
+  // local gradients in rank order.
+  run_ranks_ok(3, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm"));
+    const ddp::DDPOptions variants[] = {
+        ddp::DDPOptions(),
+        ddp::DDPOptions().bucket_cap_mb(0.01).first_bucket_cap_mb(0.005).gradient_as_bucket_view(
+            true),
+        ddp::DDPOptions().find_unused_parameters(true)};
+    for (const auto& options : variants) {
+      auto reference = make_mlp();
+      auto net = make_mlp();
+      ddp::DistributedDataParallel model(net, options);
+      for (int step = 0; step < 3; ++step) {  // the buckets are rebuilt after the first
+        auto [x, y] = global_batch(false, 3, step);
+        reset_grads(*reference);
+        torch::nn::functional::cross_entropy(reference->forward(rank_slice(x, rank)),
+                                             rank_slice(y, rank))
+            .backward();
+        std::vector<torch::Tensor> local;
+        for (const auto& p : reference->parameters()) local.push_back(p.grad().reshape(-1));
+        auto expected = torch::cat(local) * (1.0 / 3);
+        ddp::all_reduce(expected);
+        for (auto& p : net->parameters()) {
+          if (p.grad().defined()) p.mutable_grad().zero_();
+        }
+        torch::nn::functional::cross_entropy(model(rank_slice(x, rank)), rank_slice(y, rank))
+            .backward();
+        std::vector<torch::Tensor> averaged;
+        for (const auto& p : net->parameters()) averaged.push_back(p.grad().reshape(-1));
+        ASSERT_TRUE(torch::equal(torch::cat(averaged), expected))
+            << "step " << step << ", gradient_as_bucket_view " << options.gradient_as_bucket_view()
+            << ", find_unused_parameters " << options.find_unused_parameters();
+      }
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, ShmOnOneHostReducesGradientsWhereAutogradLeftThem) {
+  // The copies into a bucket and back cost two passes over every gradient. Shm on one host skips
+  // them for each parameter that got a gradient; not for one the outputs do not reach (its .grad
+  // must stay as it was if no rank used it), not under a comm hook (it gets a bucket), not on
+  // gloo.
+  for (std::string backend : {"shm", "gloo"}) {
+    run_ranks_ok(2, [backend](int) {
+      ddp::init_process_group(ddp::InitOptions().backend(backend));
+      torch::nn::Linear used(20, 8), unused(8, 2);
+      auto parameters = used->parameters();
+      for (const auto& p : unused->parameters()) parameters.push_back(p);
+      const std::vector<std::string> names{"used.weight", "used.bias", "unused.weight",
+                                           "unused.bias"};
+      auto backward_through = [&](ddp::detail::Reducer& reducer) {
+        reducer.prepare_for_forward();
+        auto loss = used->forward(torch::randn({4, 20})).sum();
+        reducer.prepare_for_backward({loss});
+        loss.backward();
+      };
+      for (bool hook : {false, true}) {
+        ddp::detail::ReducerOptions options;
+        options.find_unused_parameters = true;
+        ddp::detail::Reducer reducer(parameters, names, ddp::ProcessGroup(), options);
+        if (hook) reducer.register_comm_hook(ddp::comm_hooks::allreduce());
+        backward_through(reducer);
+        const size_t expected = backend == "shm" && !hook ? 2 : 0;
+        EXPECT_EQ(reducer.reduced_in_place(), expected) << backend << ", hook " << hook;
+      }
       ddp::destroy_process_group();
     });
   }

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "collectives/unverified.h"
 #include "ddp/ddp.h"
 #include "support/multiprocess.h"
 
@@ -119,6 +120,42 @@ TEST(ShmBackend, AllReduceMatchesTheDefinitionForEveryDtypeOpAndSize) {
   }
 }
 
+TEST(ShmBackend, TensorListsReduceInPlaceAsOneBufferWithPremultipliedSums) {
+  // DDP's reducer hands the backend its gradients where autograd left them: a list of tensors,
+  // some adjacent in memory, some not, that must end as if reduced in one flat buffer, with
+  // PyTorch's DDP bits (each rank's value times 1/3 rounded, then summed in rank order).
+  const int world = 3;
+  const std::string job = job_id("lists");
+  run_ranks_ok(world, [job](int rank) {
+    init_shm(job);
+    ASSERT_TRUE(ddp::detail::reduces_lists_in_place(ddp::ProcessGroup()));
+    for (auto dtype : {torch::kFloat, torch::kDouble}) {
+      // 5: one phase; (3 << 18) + 5: several rounds, slices that straddle the pieces.
+      for (int64_t numel : {int64_t(5), int64_t((3 << 18) + 5)}) {
+        torch::manual_seed(rank);
+        auto storage = torch::randn({2 * numel + 3}, dtype);
+        std::vector<torch::Tensor> tensors{torch::randn({numel, 1}, dtype),
+                                           storage.narrow(0, 0, numel),
+                                           storage.narrow(0, numel, numel + 3),
+                                           torch::randn({1}, dtype)};
+        std::vector<torch::Tensor> flat;
+        for (const auto& t : tensors) flat.push_back(t.reshape(-1));
+        auto all = ddp::all_gather(torch::cat(flat));
+        const double factor = 1.0 / 3;
+        auto expected = all[0] * factor + all[1] * factor + all[2] * factor;
+        ddp::detail::premul_sum_in_place_async(tensors, factor, ddp::ProcessGroup()).wait();
+        flat.clear();
+        for (const auto& t : tensors) flat.push_back(t.reshape(-1));
+        ASSERT_TRUE(torch::equal(torch::cat(flat), expected))
+            << c10::toString(dtype) << " x" << numel << ": max difference "
+            << (torch::cat(flat) - expected).abs().max().item<double>();
+      }
+    }
+    ddp::destroy_process_group();
+  });
+  EXPECT_TRUE(segments_of(job).empty());
+}
+
 TEST(ShmBackend, BroadcastAllGatherReduceScatterAndBarrier) {
   const int world = 3;
   run_ranks_ok(world, [](int rank) {
@@ -186,7 +223,10 @@ TEST(ShmBackend, HierarchicalAcrossPosedHostsEqualsFlatGloo) {
       ::setenv("DDP_CPP_HOST_ID", hosts[rank].c_str(), 1);
       init_shm(job, "auto");
       ASSERT_EQ(ddp::get_backend(), "shm");
+      // Between hosts the all-reduce needs one flat buffer: DDP keeps its buckets.
+      ASSERT_FALSE(ddp::detail::reduces_lists_in_place(ddp::ProcessGroup()));
       auto gloo = ddp::new_group({0, 1, 2, 3}, "gloo");
+      ASSERT_FALSE(ddp::detail::reduces_lists_in_place(gloo));
       for (int64_t numel : kCounts) {
         for (auto op : {ddp::ReduceOp::SUM, ddp::ReduceOp::MAX, ddp::ReduceOp::PRODUCT}) {
           auto ours = input_of(rank, numel, torch::kFloat, false);

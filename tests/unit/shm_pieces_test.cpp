@@ -1,17 +1,21 @@
 // The shared-memory backend's pieces that need no second rank: segment names and creation, the
-// host identity.
+// host identity, the view of several tensors as one run of bytes.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "process_group/shm/host_topology.h"
+#include "process_group/shm/scattered_bytes.h"
 #include "process_group/shm/shm_segment.h"
 
 namespace {
 
+using ddp::detail::ScatteredBytes;
 using ddp::detail::ShmSegment;
 
 TEST(ShmSegmentTest, ATakenNameIsReportedAndLeftAlone) {
@@ -40,6 +44,35 @@ TEST(ShmSegmentTest, MoveAssignmentReleasesTheSegmentItReplaces) {
   EXPECT_NE(access(("/dev/shm" + a).c_str(), F_OK), 0) << "the replaced segment is still there";
   EXPECT_EQ(segment.name(), b);
   EXPECT_EQ(access(("/dev/shm" + b).c_str(), F_OK), 0);
+}
+
+TEST(ScatteredBytesTest, RangesSplitAtPieceBoundariesAndAdjacentPiecesMerge) {
+  char a[10], b[20];
+  ScatteredBytes run;
+  run.add(a, 4);
+  run.add(a + 4, 6);  // follows a[0..4): one piece
+  run.add(b, 0);      // empty: ignored
+  run.add(b, 20);
+  EXPECT_EQ(run.size(), 30u);
+  EXPECT_EQ(run.pieces(), 2u);
+
+  std::vector<std::tuple<char*, size_t, size_t>> parts;
+  auto record = [&](char* at, size_t offset, size_t length) {
+    parts.emplace_back(at, offset, length);
+  };
+  run.for_each_part(7, 10, record);  // a[7..10) then b[0..7)
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0], std::make_tuple(a + 7, size_t(0), size_t(3)));
+  EXPECT_EQ(parts[1], std::make_tuple(b, size_t(3), size_t(7)));
+
+  parts.clear();
+  run.for_each_part(10, 20, record);  // starts exactly at the second piece
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0], std::make_tuple(b, size_t(0), size_t(20)));
+
+  parts.clear();
+  run.for_each_part(30, 0, record);  // an empty range at the end touches nothing
+  EXPECT_TRUE(parts.empty());
 }
 
 TEST(HostIdentityTest, TellsApartWhatAHostnameCannot) {

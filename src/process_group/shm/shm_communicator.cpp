@@ -181,22 +181,31 @@ void ShmCommunicator::run_guarded(const char* operation, Body&& body) {
 
 void ShmCommunicator::all_reduce(void* data, size_t count, c10::ScalarType dtype,
                                  c10d::ReduceOp::RedOpType op) {
+  all_reduce(ScatteredBytes(data, count * c10::elementSize(dtype)), dtype, op);
+}
+
+void ShmCommunicator::all_reduce(const ScatteredBytes& data, c10::ScalarType dtype,
+                                 c10d::ReduceOp::RedOpType op, double factor) {
   const char* operation = "all_reduce";
   const size_t element = c10::elementSize(dtype);
+  const size_t count = data.size() / element;
   const int n = local_size();
   const int me = local_rank();
-  char* bytes = static_cast<char*>(data);
   run_guarded(operation, [&] {
     start_call(operation, kAllReduce, static_cast<uint64_t>(dtype) << 8 | op, count);
+    std::vector<const void*> sources(n);
     if (count * element <= kSmallBytes) {
       const int set = begin_round(operation);
-      std::memcpy(slot(set, me), bytes, count * element);
+      data.for_each_part(0, data.size(), [&](char* part, size_t at, size_t length) {
+        std::memcpy(slot(set, me) + at, part, length);
+      });
       sync_.arrive();
       wait_all(operation);
       check_calls_after_wait(operation);
-      std::vector<const void*> sources(n);
-      for (int k = 0; k < n; ++k) sources[k] = k == me ? bytes : slot(set, k);
-      reduce_into(bytes, sources.data(), n, count, dtype, op);
+      data.for_each_part(0, data.size(), [&](char* part, size_t at, size_t length) {
+        for (int k = 0; k < n; ++k) sources[k] = k == me ? part : slot(set, k) + at;
+        reduce_into(part, sources.data(), n, length / element, dtype, op, factor);
+      });
       end_round();
       return;
     }
@@ -204,31 +213,41 @@ void ShmCommunicator::all_reduce(void* data, size_t count, c10::ScalarType dtype
     // every slice, 64-byte aligned so that the reduction loops run on whole vectors.
     const size_t slice = (count + n - 1) / n;
     const size_t chunk = std::max<size_t>(1, (kChunkBytes / n / element) / 64 * 64);
-    std::vector<const void*> sources(n);
     for (size_t offset = 0; offset < slice; offset += chunk) {
       auto length = [&](int j) {
         const size_t begin = std::min(count, j * slice + offset);
         const size_t end = std::min({count, (j + 1) * slice, j * slice + offset + chunk});
-        return end > begin ? end - begin : 0;
+        return (end > begin ? end - begin : 0) * element;
       };
-      auto at = [&](int j) { return bytes + (j * slice + offset) * element; };
+      // Calls visit(part, at, bytes) over this round's range of slice j.
+      auto for_each_part_of = [&](int j, auto&& visit) {
+        data.for_each_part((j * slice + offset) * element, length(j), visit);
+      };
       const int set = begin_round(operation);
       for (int j = 0; j < n; ++j) {
-        if (j != me) std::memcpy(slot(set, me) + j * chunk * element, at(j), length(j) * element);
+        if (j == me) continue;
+        char* staged = slot(set, me) + j * chunk * element;
+        for_each_part_of(j, [&](char* part, size_t at, size_t bytes) {
+          std::memcpy(staged + at, part, bytes);
+        });
       }
       sync_.arrive();
       wait_all(operation);
       check_calls_after_wait(operation);
-      for (int k = 0; k < n; ++k) {
-        sources[k] = k == me ? at(me) : slot(set, k) + me * chunk * element;
-      }
       char* reduced = result(set) + me * chunk * element;
-      reduce_into(reduced, sources.data(), n, length(me), dtype, op);
-      std::memcpy(at(me), reduced, length(me) * element);
+      for_each_part_of(me, [&](char* part, size_t at, size_t bytes) {
+        for (int k = 0; k < n; ++k) sources[k] = k == me ? part : slot(set, k) + me * chunk * element + at;
+        reduce_into(reduced + at, sources.data(), n, bytes / element, dtype, op, factor);
+        std::memcpy(part, reduced + at, bytes);
+      });
       sync_.arrive();
       wait_all(operation);
       for (int j = 0; j < n; ++j) {
-        if (j != me) std::memcpy(at(j), result(set) + j * chunk * element, length(j) * element);
+        if (j == me) continue;
+        const char* from = result(set) + j * chunk * element;
+        for_each_part_of(j, [&](char* part, size_t at, size_t bytes) {
+          std::memcpy(part, from + at, bytes);
+        });
       }
       end_round();
     }

@@ -25,6 +25,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <vector>
 
+#include "process_group/shm/scattered_bytes.h"
 #include "process_group/shm/shm_segment.h"
 #include "process_group/shm/shm_sync.h"
 
@@ -59,6 +60,10 @@ class ShmCommunicator {
 
   /// In place: data holds `count` elements; every rank ends with op over all ranks.
   void all_reduce(void* data, size_t count, c10::ScalarType dtype, c10d::ReduceOp::RedOpType op);
+  /// The same over several tensors' memory as one run of elements, in place in each of them;
+  /// `factor` is PREMUL_SUM's (shm_reduce.h).
+  void all_reduce(const ScatteredBytes& data, c10::ScalarType dtype, c10d::ReduceOp::RedOpType op,
+                  double factor = 1.0);
   /// inputs[j] (count elements each) goes to local rank j, reduced over ranks, into `output`.
   void reduce_scatter(void* output, const std::vector<const void*>& inputs, size_t count,
                       c10::ScalarType dtype, c10d::ReduceOp::RedOpType op);

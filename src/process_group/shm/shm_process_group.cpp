@@ -2,6 +2,8 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <algorithm>
+
 #include "common/error_context.h"
 #include "process_group/shm/op_queue.h"
 #include "process_group/shm/shm_reduce.h"
@@ -182,9 +184,45 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::barrier(const c10d::BarrierOptio
   return enqueue(c10d::OpType::BARRIER, [this] { local_->barrier(); });
 }
 
+bool ShmProcessGroup::reduces_lists_in_place(const c10d::ProcessGroup& backend) {
+  const auto* shm = dynamic_cast<const ShmProcessGroup*>(&backend);
+  return shm && shm->single_host();
+}
+
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  return gloo_->allreduce_coalesced(tensors, opts);
+  const bool shm = single_host() && !tensors.empty() &&
+                   std::all_of(tensors.begin(), tensors.end(), [&](const at::Tensor& tensor) {
+                     return fits_shm(tensor) && tensor.scalar_type() == tensors[0].scalar_type();
+                   });
+  if (!shm) return gloo_->allreduce_coalesced(tensors, opts);
+  const auto op = opts.reduceOp.op_;
+  const c10::ScalarType dtype = tensors[0].scalar_type();
+  check_reducible(dtype, op, "all_reduce_coalesced");
+  double factor = 1.0;
+  if (op == c10d::ReduceOp::PREMUL_SUM) {
+    const auto* premul =
+        dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(opts.reduceOp.supplement_.get());
+    if (!premul) {
+      fail("all_reduce_coalesced", "PREMUL_SUM needs its factor as a number "
+                                   "(c10d::makeNCCLPreMulSum(double)), not as a tensor");
+    }
+    factor = premul->double_factor;
+  }
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, [this, tensors, dtype, op, factor] {
+    ScatteredBytes data;
+    for (const auto& tensor : tensors) data.add(tensor.data_ptr(), tensor.nbytes());
+    if (local_) {
+      local_->all_reduce(data, dtype, op, factor);
+      return;
+    }
+    // A group of one: the sum is the tensor itself, premultiplied as the peers' would be.
+    const void* source[1];
+    data.for_each_part(0, data.size(), [&](char* part, size_t, size_t bytes) {
+      source[0] = part;
+      reduce_into(part, source, 1, bytes / c10::elementSize(dtype), dtype, op, factor);
+    });
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce(std::vector<at::Tensor>& tensors,

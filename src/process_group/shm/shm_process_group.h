@@ -1,12 +1,13 @@
 // ShmProcessGroup: the "shm" backend, a c10d::ProcessGroup for ranks that share hosts.
 //
-// On one host, all_reduce, broadcast, all_gather, reduce_scatter and barrier run in shared memory
-// (shm_communicator.h). When the group spans several hosts, all_reduce and broadcast become
-// hierarchical: within each host through shared memory, between one leader per host through a
-// gloo group of the leaders, and back within the host; the other collectives of a multi-host
-// group, and every collective shared memory does not implement (reduce, gather, scatter,
-// send/recv, all_to_all, the coalesced and base variants), go to a flat gloo group of all members,
-// transparently. Nothing above this class knows which transport carried a call.
+// On one host, all_reduce (also of a list of tensors: allreduce_coalesced), broadcast, all_gather,
+// reduce_scatter and barrier run in shared memory (shm_communicator.h). When the group spans
+// several hosts, all_reduce and broadcast become hierarchical: within each host through shared
+// memory, between one leader per host through a gloo group of the leaders, and back within the
+// host; the other collectives of a multi-host group, and every collective shared memory does not
+// implement (reduce, gather, scatter, send/recv, all_to_all, the base variants,
+// allgather_coalesced), go to a flat gloo group of all members, transparently. Nothing above
+// this class knows which transport carried a call.
 //
 // Thread-safety: as c10d's process groups: collectives may be issued from several threads; they
 // run in issue order, one at a time, on the group's op queue (op_queue.h).
@@ -60,9 +61,17 @@ class ShmProcessGroup : public c10d::ProcessGroup {
                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
-  // Through the flat gloo group.
+  /// On one host: the tensors (dense, CPU, of one dtype) reduced in place as one run of
+  /// elements, without a flat copy; SUM, ..., and PREMUL_SUM with a double factor (floats and
+  /// doubles), which gloo lacks. Across hosts, through the flat gloo group.
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+
+  /// True when `backend` is a ShmProcessGroup on one host: its allreduce_coalesced then works in
+  /// place on the tensors and takes PREMUL_SUM (what DDP's reducer asks before it skips buckets).
+  static bool reduces_lists_in_place(const c10d::ProcessGroup& backend);
+
+  // Through the flat gloo group.
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,

@@ -115,14 +115,50 @@ void reduce_typed(void* dst, const void* const* sources, int count, size_t n, Op
   }
 }
 
+// PREMUL_SUM: dst = s0 * f + s1 * f + ..., each product rounded to T before it is added, in rank
+// order, as PyTorch's DDP gets it (a multiplication while copying into the bucket, then a sum).
+template <typename T>
+void premul_sum(T* out, const void* const* sources, int count, size_t n, T factor) {
+  auto source = [sources](int k) { return static_cast<const T*>(sources[k]); };
+  if (count == 1) {
+    for (size_t i = 0; i < n; ++i) out[i] = source(0)[i] * factor;
+    return;
+  }
+  if (count == 2) {  // element-wise, so dst may alias either source
+    const T* a = source(0);
+    const T* b = source(1);
+    for (size_t i = 0; i < n; ++i) out[i] = a[i] * factor + b[i] * factor;
+    return;
+  }
+  constexpr size_t kBlock = 2048 / sizeof(T);  // as in reduce_typed: dst may alias a later source
+  T block[kBlock];
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t len = std::min(kBlock, n - begin);
+    const T* a = source(0) + begin;
+    const T* b = source(1) + begin;
+    for (size_t i = 0; i < len; ++i) block[i] = a[i] * factor + b[i] * factor;
+    for (int k = 2; k < count; ++k) {
+      const T* c = source(k) + begin;
+      for (size_t i = 0; i < len; ++i) block[i] += c[i] * factor;
+    }
+    std::memcpy(out + begin, block, len * sizeof(T));
+  }
+}
+
 }  // namespace
 
 void check_reducible(c10::ScalarType dtype, Op op, const char* operation) {
   const bool bitwise = op == Op::BAND || op == Op::BOR || op == Op::BXOR;
-  const bool known = op == Op::SUM || op == Op::PRODUCT || op == Op::MIN || op == Op::MAX || bitwise;
+  const bool known = op == Op::SUM || op == Op::PRODUCT || op == Op::MIN || op == Op::MAX ||
+                     op == Op::PREMUL_SUM || bitwise;
   if (!known) {
     fail(operation, "the shm backend has no reduction " + std::to_string(static_cast<int>(op)) +
-                        " (it supports SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR, as gloo does)");
+                        " (it supports SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR, as gloo does, "
+                        "and PREMUL_SUM on float and double)");
+  }
+  if (op == Op::PREMUL_SUM && dtype != c10::kFloat && dtype != c10::kDouble) {
+    fail(operation, std::string("PREMUL_SUM takes float or double tensors, got ") +
+                        c10::toString(dtype));
   }
   switch (dtype) {
     case c10::kFloat:
@@ -148,7 +184,13 @@ void check_reducible(c10::ScalarType dtype, Op op, const char* operation) {
 }
 
 void reduce_into(void* dst, const void* const* sources, int count, size_t n,
-                 c10::ScalarType dtype, Op op) {
+                 c10::ScalarType dtype, Op op, double factor) {
+  if (op == Op::PREMUL_SUM) {
+    if (dtype == c10::kFloat) {
+      return premul_sum(static_cast<float*>(dst), sources, count, n, static_cast<float>(factor));
+    }
+    return premul_sum(static_cast<double*>(dst), sources, count, n, factor);
+  }
   switch (dtype) {
     case c10::kFloat:
       return reduce_typed<float>(dst, sources, count, n, op);

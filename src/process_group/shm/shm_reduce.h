@@ -1,7 +1,10 @@
 // The element-wise reduction under the shared-memory collectives.
 //
 // dst = op(sources[0], sources[1], ..., sources[count-1]), always combined in that order (rank
-// order), so that every rank that reduces the same elements gets the same bits. dst may be one of
+// order), so that every rank that reduces the same elements gets the same bits. PREMUL_SUM (floats
+// and doubles) multiplies each source by `factor`, in the source's type, before it is added: DDP's
+// average, with the bits of PyTorch's DDP, which multiplies each gradient by 1/world_size as it
+// copies it into a bucket and then sums. dst may be one of
 // the sources (a rank's own input, reduced in place). Float, double and the integer types run a
 // plain loop that the compiler vectorizes; half and bfloat16 go through float, as gloo's do.
 // Thread-safe (no state).
@@ -14,11 +17,11 @@
 
 namespace ddp::detail {
 
-/// Throws DistributedError for an op the dtype does not support (bitwise on floats, PREMUL_SUM,
-/// AVG, which the layer above turns into SUM and a division).
+/// Throws DistributedError for an op the dtype does not support (bitwise or PREMUL_SUM on
+/// integers; AVG, which the layer above turns into SUM and a division).
 void check_reducible(c10::ScalarType dtype, c10d::ReduceOp::RedOpType op, const char* operation);
 
 void reduce_into(void* dst, const void* const* sources, int count, size_t elements,
-                 c10::ScalarType dtype, c10d::ReduceOp::RedOpType op);
+                 c10::ScalarType dtype, c10d::ReduceOp::RedOpType op, double factor = 1.0);
 
 }  // namespace ddp::detail
