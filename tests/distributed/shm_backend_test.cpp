@@ -126,7 +126,7 @@ TEST(ShmBackend, TensorListsReduceInPlaceAsOneBufferWithPremultipliedSums) {
   // PyTorch's DDP bits (each rank's value times 1/3 rounded, then summed in rank order).
   const int world = 3;
   const std::string job = job_id("lists");
-  run_ranks_ok(world, [job](int rank) {
+  run_ranks_ok(world, [world, job](int rank) {
     init_shm(job);
     ASSERT_TRUE(ddp::detail::reduces_lists_in_place(ddp::ProcessGroup()));
     for (auto dtype : {torch::kFloat, torch::kDouble}) {
@@ -151,6 +151,12 @@ TEST(ShmBackend, TensorListsReduceInPlaceAsOneBufferWithPremultipliedSums) {
             << (torch::cat(flat) - expected).abs().max().item<double>();
       }
     }
+    // A group of one has no segment: its sum is the premultiplied tensor itself.
+    std::vector<ddp::ProcessGroup> singles;
+    for (int r = 0; r < world; ++r) singles.push_back(ddp::new_group({r}, "shm"));
+    auto alone = torch::arange(5, torch::kFloat);
+    ddp::detail::premul_sum_in_place_async({alone}, 0.5, singles[rank]).wait();
+    EXPECT_TRUE(torch::equal(alone, torch::arange(5, torch::kFloat) * 0.5));
     ddp::destroy_process_group();
   });
   EXPECT_TRUE(segments_of(job).empty());

@@ -217,6 +217,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce_coalesced(
       return;
     }
     // A group of one: the sum is the tensor itself, premultiplied as the peers' would be.
+    if (op != c10d::ReduceOp::PREMUL_SUM || factor == 1.0) return;
     const void* source[1];
     data.for_each_part(0, data.size(), [&](char* part, size_t, size_t bytes) {
       source[0] = part;
