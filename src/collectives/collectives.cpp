@@ -67,12 +67,16 @@ bool reduces_lists_in_place(const ProcessGroup& group) {
   return ShmProcessGroup::reduces_lists_in_place(call.backend());
 }
 
-Work premul_sum_in_place_async(std::vector<at::Tensor> tensors, double factor,
-                               const ProcessGroup& group) {
+Work premul_sum_async(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
+                      double factor, const ProcessGroup& group) {
   CollectiveCall call("all_reduce", group);
-  c10d::AllreduceCoalescedOptions options;
-  options.reduceOp = c10d::makeNCCLPreMulSum(factor);
-  auto work = launch(call, [&] { return call.backend().allreduce_coalesced(tensors, options); });
+  auto* shm = dynamic_cast<ShmProcessGroup*>(&call.backend());
+  if (!shm || !shm->single_host()) {
+    call.fail("premul_sum_async needs the shm backend on one host (see reduces_lists_in_place)");
+  }
+  auto work = launch(call, [&] {
+    return shm->premul_sum_into(std::move(inputs), std::move(outputs), factor);
+  });
   return make_work(call, work, nullptr);
 }
 

@@ -68,6 +68,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   initialize_buckets(assign_buckets(specs_of(parameters_), order,
                                     {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
   local_used_ = at::zeros({static_cast<int64_t>(parameters_.size())}, at::kInt);
+  grads_before_.resize(parameters_.size());
+  exclusive_before_.resize(parameters_.size());
   install_hooks();
   reset_iteration();
 }
@@ -144,7 +146,8 @@ void Reducer::reset_iteration() {
   next_bucket_ = 0;
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.parameters.size();
-    bucket.in_grad.assign(bucket.parameters.size(), false);
+    bucket.routes.assign(bucket.parameters.size(), Route::kBucket);
+    bucket.grads.assign(bucket.parameters.size(), at::Tensor());
     bucket.work = Work();
   }
 }
@@ -219,6 +222,15 @@ std::vector<size_t> Reducer::find_unused(const std::vector<at::Tensor>& outputs)
 void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
   std::lock_guard<std::mutex> lock(mutex_);
   armed_ = true;
+  if (group_reduces_in_place_) {
+    // What each .grad is before backward, for route_of. Held, so that a tensor autograd makes
+    // later cannot take a freed one's address.
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      grads_before_[i] = parameters_[i].grad();
+      exclusive_before_[i] =
+          grads_before_[i].defined() && grads_before_[i].storage().use_count() == 1;
+    }
+  }
   if (!options_.find_unused_parameters) return;
   if (!options_.static_graph || !static_unused_known_) {
     unused_ = find_unused(outputs);
@@ -246,12 +258,12 @@ std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
   return indices;
 }
 
-size_t Reducer::reduced_in_place() const {
-  size_t count = 0;
-  for (const auto& bucket : buckets_) {
-    count += std::count(bucket.in_grad.begin(), bucket.in_grad.end(), true);
+std::vector<Reducer::Route> Reducer::routes() const {
+  std::vector<Route> routes(parameters_.size());
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    routes[i] = buckets_[slots_[i].bucket].routes[slots_[i].position];
   }
-  return count;
+  return routes;
 }
 
 void Reducer::autograd_hook(size_t index) {
@@ -287,7 +299,26 @@ void Reducer::mark_ready(size_t index, bool got_gradient) {
 
 bool Reducer::reduces_in_place(const Bucket& bucket) const {
   const auto dtype = bucket.buffer.scalar_type();
-  return group_reduces_in_place_ && !comm_hook_ && (dtype == at::kFloat || dtype == at::kDouble);
+  return group_reduces_in_place_ && !comm_hook_ && bucket.buffer.device().is_cpu() &&
+         (dtype == at::kFloat || dtype == at::kDouble);
+}
+
+Reducer::Route Reducer::route_of(size_t index, const at::Tensor& grad,
+                                 const at::Tensor& view) const {
+  const bool dense = grad.is_contiguous() && grad.layout() == at::kStrided &&
+                     grad.scalar_type() == view.scalar_type() && grad.device() == view.device();
+  if (!dense) return Route::kBucket;
+  const at::Tensor& before = grads_before_[index];
+  const bool same = before.defined() && before.unsafeGetTensorImpl() == grad.unsafeGetTensorImpl();
+  // Accumulated into, in place, by this backward, in memory nothing else held before it: nobody
+  // but the reducer touches it until finalize_backward.
+  if (same && exclusive_before_[index]) return Route::kInGrad;
+  // Made by this backward (autograd stole the incoming gradient, or copied it). It may share
+  // memory with gradients still flowing back, or with another parameter's .grad, so the backend
+  // must not write it before backward ends; but autograd only ever reads such memory, so the
+  // backend may read it while backward goes on.
+  if (!same && grad.use_count() == 1) return Route::kReadGrad;
+  return Route::kBucket;  // anything else (a .grad shared with other tensors) is copied at once
 }
 
 void Reducer::stage_gradient(size_t index, bool got_gradient) {
@@ -296,20 +327,23 @@ void Reducer::stage_gradient(size_t index, bool got_gradient) {
   Bucket& bucket = buckets_[slots_[index].bucket];
   const size_t position = slots_[index].position;
   at::Tensor& view = bucket.views[position];
-  // The backend multiplies while it reduces in place; otherwise multiplying while copying saves a
+  // The backend multiplies while it reduces lists; otherwise multiplying while copying saves a
   // pass over the bucket. A comm hook averages itself.
   const bool in_place = reduces_in_place(bucket);
   const bool multiply = !comm_hook_ && !in_place;
+  // Not for a parameter this rank did not use: its .grad must stay untouched if no rank used it.
+  const Route route = in_place && got_gradient && grad.defined() &&
+                              !options_.gradient_as_bucket_view
+                          ? route_of(index, grad, view)
+                          : Route::kBucket;
   if (!grad.defined()) {
     view.zero_();
   } else if (options_.gradient_as_bucket_view && grad.is_alias_of(view)) {
     if (multiply) view.mul_(average_factor_);
-  } else if (in_place && got_gradient && !options_.gradient_as_bucket_view &&
-             grad.is_contiguous() && grad.scalar_type() == view.scalar_type() &&
-             grad.layout() == at::kStrided && grad.device() == view.device()) {
-    // Reduced where autograd left it: no copy in, none back. Not for a parameter this rank did
-    // not use, whose .grad must stay untouched if no rank used it.
-    bucket.in_grad[position] = true;
+  } else if (route != Route::kBucket) {
+    // Read where autograd left it: no copy in (and, for kInGrad, none back).
+    bucket.routes[position] = route;
+    bucket.grads[position] = grad;
   } else {
     if (multiply) {
       at::mul_out(view, grad, average_factor_);
@@ -324,13 +358,15 @@ void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
     if (reduces_in_place(bucket)) {
-      std::vector<at::Tensor> tensors;
+      std::vector<at::Tensor> inputs, outputs;
       for (size_t position = 0; position < bucket.parameters.size(); ++position) {
-        tensors.push_back(bucket.in_grad[position]
-                              ? parameters_[bucket.parameters[position]].grad()
-                              : bucket.views[position]);
+        const Route route = bucket.routes[position];
+        const at::Tensor& view = bucket.views[position];
+        inputs.push_back(route == Route::kBucket ? view : bucket.grads[position]);
+        outputs.push_back(route == Route::kInGrad ? bucket.grads[position] : view);
       }
-      bucket.work = premul_sum_in_place_async(std::move(tensors), 1.0 / world_size_, group_);
+      bucket.work = premul_sum_async(std::move(inputs), std::move(outputs), 1.0 / world_size_,
+                                     group_);
     } else if (comm_hook_) {
       std::vector<at::Tensor> members;
       for (size_t index : bucket.parameters) members.push_back(parameters_[index]);
@@ -361,7 +397,11 @@ void Reducer::finalize_backward() {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (used && used[i] == 0) continue;  // unused on every rank: .grad stays as it was
     const Bucket& bucket = buckets_[slots_[i].bucket];
-    if (bucket.in_grad[slots_[i].position]) continue;  // reduced in place
+    if (bucket.routes[slots_[i].position] == Route::kInGrad) {
+      // Written by the backend, not through an op: tell autograd the tensor changed.
+      torch::autograd::impl::bump_version(parameters_[i].grad());
+      continue;
+    }
     const at::Tensor& view = bucket.views[slots_[i].position];
     at::Tensor& grad = parameters_[i].mutable_grad();
     if (options_.gradient_as_bucket_view) {
@@ -373,6 +413,8 @@ void Reducer::finalize_backward() {
     }
   }
   if (options_.find_unused_parameters) local_used_.zero_();
+  for (auto& bucket : buckets_) bucket.grads.assign(bucket.grads.size(), at::Tensor());
+  grads_before_.assign(parameters_.size(), at::Tensor());
   finalized_ = true;
   armed_ = false;
 }

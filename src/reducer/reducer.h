@@ -7,10 +7,14 @@
 // so that every rank issues the same collectives in the same order whatever order its gradients
 // arrive in. The last launch queues finalize_backward on the autograd engine, which runs once
 // backward is over: it waits for every bucket and writes the averaged gradients to .grad.
-// Where the backend reduces a list of tensors in place (shm on one host) and no comm hook is set,
-// a bucket is reduced where its gradients are, multiplied as they are summed: the copies into the
-// bucket and back, two passes over every gradient, are skipped. The bucket's buffer then holds
-// only what has no contiguous .grad of its own (a parameter no gradient reached on this rank).
+// Where the backend reduces lists of tensors where they are (shm on one host) and no comm hook
+// is set, the multiplication happens as the backend sums, and each gradient takes one of three
+// routes (Route): the copy into the bucket is skipped for every dense .grad, and the copy back too
+// for a .grad that existed before backward and shares its memory with nothing. The others (no
+// gradient on this rank, non-contiguous, another dtype, gradient_as_bucket_view) go through their
+// bucket view as before; the buckets stay allocated for them. A kInGrad .grad is written by the
+// op queue's thread while backward goes on (as gradient_as_bucket_view's bucket is); it holds its
+// average once backward returns, like every other.
 // After the first iteration the buckets are rebuilt once, in the order gradients actually became
 // ready (rank 0's order, broadcast), so that the first bucket fills first.
 //
@@ -60,15 +64,22 @@ class Reducer {
 
   /// For tests and logging: the parameter indices of each bucket, in reduction order.
   std::vector<std::vector<size_t>> bucket_indices() const;
-  /// For tests: how many parameters the last backward reduced in their own .grad, not in a bucket.
-  size_t reduced_in_place() const;
+  // How a parameter's gradient reached the reduction in this iteration.
+  enum class Route : uint8_t {
+    kBucket,    // copied into its bucket view (or aliased by it), reduced there, copied back
+    kReadGrad,  // read from .grad, made by this backward, into the bucket view; copied back
+    kInGrad,    // reduced in .grad itself: no copy either way
+  };
+  /// For tests: each parameter's route in the last backward, by parameter index.
+  std::vector<Route> routes() const;
 
  private:
   struct Bucket {
     std::vector<size_t> parameters;  // indices into parameters_
     at::Tensor buffer;               // flat gradients
     std::vector<at::Tensor> views;   // one per parameter, shaped like it, into buffer
-    std::vector<bool> in_grad;       // this iteration: reduced in the parameter's .grad itself
+    std::vector<Route> routes;       // this iteration's, by position
+    std::vector<at::Tensor> grads;   // the .grad seen by the hook, for kReadGrad and kInGrad
     size_t pending = 0;
     Work work;
   };
@@ -86,6 +97,7 @@ class Reducer {
   // got_gradient: false for a parameter marked ready because the outputs do not reach it.
   void mark_ready(size_t index, bool got_gradient);
   bool reduces_in_place(const Bucket& bucket) const;
+  Route route_of(size_t index, const at::Tensor& grad, const at::Tensor& view) const;
   // Copies (or, in place, leaves) the gradient where the bucket's reduction will find it.
   void stage_gradient(size_t index, bool got_gradient);
   void launch_ready_buckets();
@@ -120,6 +132,8 @@ class Reducer {
   Work used_work_;
   at::Tensor global_used_;
   std::vector<size_t> ready_order_;  // first synchronized iteration's order, for the rebuild
+  std::vector<at::Tensor> grads_before_;  // each .grad at prepare_for_backward (shm lists only)
+  std::vector<bool> exclusive_before_;    // ... and whether nothing else shared its memory
   bool has_rebuilt_ = false;
 };
 

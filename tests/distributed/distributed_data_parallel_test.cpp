@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <thread>
 
 #include "ddp/ddp.h"
 #include "reducer/reducer.h"
@@ -119,12 +120,12 @@ TEST(DistributedDataParallel, CnnWithGradientAsBucketViewEqualsOneProcess) {
   }
 }
 
-TEST(DistributedDataParallel, AveragedGradientsHavePyTorchsBitsAtThreeRanks) {
+TEST(DistributedDataParallel, GradientsAreMultipliedByOneOverWorldSizeThenSummedAtThreeRanks) {
   // PyTorch's DDP multiplies each gradient by 1/world_size, rounded, and sums; at 3 ranks that is
-  // not what dividing gives. On one host shm reduces the gradients where autograd left them
-  // (default options), or in the buckets (gradient_as_bucket_view, several buckets), or both
-  // (find_unused_parameters): each must give those bits, the all-reduce of the premultiplied
-  // local gradients in rank order.
+  // not what dividing gives. On one host shm reads the gradients where autograd left them and
+  // reduces them there once .grad exists before backward (default options; steps 1 and 2), or in
+  // the buckets (gradient_as_bucket_view, several buckets), or both (find_unused_parameters):
+  // each must give the all-reduce of the premultiplied local gradients, summed in rank order.
   run_ranks_ok(3, [](int rank) {
     ddp::init_process_group(ddp::InitOptions().backend("shm"));
     const ddp::DDPOptions variants[] = {
@@ -164,9 +165,10 @@ TEST(DistributedDataParallel, AveragedGradientsHavePyTorchsBitsAtThreeRanks) {
 
 TEST(DistributedDataParallel, ShmOnOneHostReducesGradientsWhereAutogradLeftThem) {
   // The copies into a bucket and back cost two passes over every gradient. Shm on one host skips
-  // them for each parameter that got a gradient; not for one the outputs do not reach (its .grad
-  // must stay as it was if no rank used it), not under a comm hook (it gets a bucket), not on
-  // gloo.
+  // the first for each parameter that got a gradient, and the second too once .grad exists
+  // before backward; not for one the outputs do not reach (its .grad must stay as it was if no
+  // rank used it), not under a comm hook (it gets a bucket), not on gloo.
+  using Route = ddp::detail::Reducer::Route;
   for (std::string backend : {"shm", "gloo"}) {
     run_ranks_ok(2, [backend](int) {
       ddp::init_process_group(ddp::InitOptions().backend(backend));
@@ -182,17 +184,97 @@ TEST(DistributedDataParallel, ShmOnOneHostReducesGradientsWhereAutogradLeftThem)
         loss.backward();
       };
       for (bool hook : {false, true}) {
+        for (auto& p : parameters) p.mutable_grad().reset();
         ddp::detail::ReducerOptions options;
         options.find_unused_parameters = true;
         ddp::detail::Reducer reducer(parameters, names, ddp::ProcessGroup(), options);
         if (hook) reducer.register_comm_hook(ddp::comm_hooks::allreduce());
+        const bool lists = backend == "shm" && !hook;
+        backward_through(reducer);  // .grad made by this backward: read, reduced into the bucket
+        const Route made = lists ? Route::kReadGrad : Route::kBucket;
+        EXPECT_EQ(reducer.routes(), std::vector<Route>({made, made, Route::kBucket,
+                                                        Route::kBucket}))
+            << backend << ", hook " << hook;
+        for (auto& p : used->parameters()) p.mutable_grad().zero_();
+        backward_through(reducer);  // .grad accumulated into: reduced where it is
+        const Route kept = lists ? Route::kInGrad : Route::kBucket;
+        EXPECT_EQ(reducer.routes(), std::vector<Route>({kept, kept, Route::kBucket,
+                                                        Route::kBucket}))
+            << backend << ", hook " << hook;
+        // A transposed .grad cannot be read as a run of elements: it goes through its bucket.
+        used->weight.mutable_grad() = torch::zeros({20, 8}).t();
         backward_through(reducer);
-        const size_t expected = backend == "shm" && !hook ? 2 : 0;
-        EXPECT_EQ(reducer.reduced_in_place(), expected) << backend << ", hook " << hook;
+        EXPECT_EQ(reducer.routes(), std::vector<Route>({Route::kBucket, kept, Route::kBucket,
+                                                        Route::kBucket}))
+            << backend << ", hook " << hook;
       }
       ddp::destroy_process_group();
     });
   }
+}
+
+TEST(DistributedDataParallel, GradientsThatShareMemoryAreAveragedEachOnce) {
+  // Autograd may leave one buffer as the .grad of two parameters (AddBackward hands the same
+  // tensor to two ViewBackward nodes, and AccumulateGrad keeps each view): reduced where they
+  // are, the second would be averaged again from the first's result.
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm"));
+    auto w1 = torch::zeros({4}, torch::requires_grad());
+    auto w2 = torch::zeros({4}, torch::requires_grad());
+    ddp::detail::Reducer reducer({w1, w2}, {"w1", "w2"}, ddp::ProcessGroup(), {});
+    for (int step = 0; step < 2; ++step) {  // made by backward, then accumulated into
+      reducer.prepare_for_forward();
+      auto loss = ((w1.view({2, 2}) + w2.view({2, 2})) * (rank + 1)).sum();
+      reducer.prepare_for_backward({loss});
+      loss.backward();
+      // The average of 1 and 2; then, as without DDP, both parameters' gradients accumulate into
+      // the one buffer: 1.5 + (rank + 1) twice, averaged.
+      const double expected = step == 0 ? 1.5 : 4.5;
+      EXPECT_TRUE(torch::equal(w1.grad(), torch::full({4}, expected))) << w1.grad();
+      EXPECT_TRUE(torch::equal(w2.grad(), torch::full({4}, expected))) << w2.grad();
+      // Made by backward: only read. Then the .grad shares memory: copied, never written early.
+      using Route = ddp::detail::Reducer::Route;
+      const Route route = step == 0 ? Route::kReadGrad : Route::kBucket;
+      EXPECT_EQ(reducer.routes(), std::vector<Route>({route, route})) << "step " << step;
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, AGradientStillFlowingBackIsNotOverwrittenByItsAverage) {
+  // w's .grad is the very buffer that backward still passes on to the Linear layer: the backend
+  // may read it during backward but not write the average into it. The hook on x holds backward
+  // there for 100 ms, so that w's bucket (its own, launched first) has long been reduced before
+  // the Linear layer's gradients are computed from that buffer.
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm"));
+    torch::manual_seed(0);
+    torch::nn::Linear linear(3, 4);
+    auto w = torch::zeros({4}, torch::requires_grad());
+    auto parameters = linear->parameters();
+    parameters.push_back(w);
+    ddp::detail::ReducerOptions options;
+    options.first_bucket_cap_bytes = 1;  // one bucket per parameter
+    options.bucket_cap_bytes = 1;
+    ddp::detail::Reducer reducer(parameters, {"linear.weight", "linear.bias", "w"},
+                                 ddp::ProcessGroup(), options);
+    reducer.prepare_for_forward();
+    const double k = rank == 0 ? 1 : 3;
+    auto x = linear->forward(torch::ones({1, 3}) * (rank + 1));
+    x.register_hook([](torch::Tensor grad) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return grad;
+    });
+    auto loss = ((x + w.view({1, 4})) * k).sum();
+    reducer.prepare_for_backward({loss});
+    loss.backward();
+    // Local gradients: bias and w k each, weight k * (rank + 1): averages 2, 2 and 3.5.
+    EXPECT_TRUE(torch::equal(linear->bias.grad(), torch::full({4}, 2.0))) << linear->bias.grad();
+    EXPECT_TRUE(torch::equal(linear->weight.grad(), torch::full({4, 3}, 3.5)))
+        << linear->weight.grad();
+    EXPECT_TRUE(torch::equal(w.grad(), torch::full({4}, 2.0))) << w.grad();
+    ddp::destroy_process_group();
+  });
 }
 
 TEST(DistributedDataParallel, GradientAsBucketViewMakesGradAViewOfTheBucket) {

@@ -120,10 +120,12 @@ TEST(ShmBackend, AllReduceMatchesTheDefinitionForEveryDtypeOpAndSize) {
   }
 }
 
-TEST(ShmBackend, TensorListsReduceInPlaceAsOneBufferWithPremultipliedSums) {
+TEST(ShmBackend, TensorListsReduceAsOneBufferWithPremultipliedSums) {
   // DDP's reducer hands the backend its gradients where autograd left them: a list of tensors,
-  // some adjacent in memory, some not, that must end as if reduced in one flat buffer, with
-  // PyTorch's DDP bits (each rank's value times 1/3 rounded, then summed in rank order).
+  // some adjacent in memory, some not, that must end as if reduced in one flat buffer, each
+  // rank's value times 1/3 rounded, then summed in rank order (what PyTorch's DDP computes
+  // before its all-reduce sums). Into other tensors (the reducer's buckets), leaving the inputs
+  // as they were, and in place.
   const int world = 3;
   const std::string job = job_id("lists");
   run_ranks_ok(world, [world, job](int rank) {
@@ -143,7 +145,15 @@ TEST(ShmBackend, TensorListsReduceInPlaceAsOneBufferWithPremultipliedSums) {
         auto all = ddp::all_gather(torch::cat(flat));
         const double factor = 1.0 / 3;
         auto expected = all[0] * factor + all[1] * factor + all[2] * factor;
-        ddp::detail::premul_sum_in_place_async(tensors, factor, ddp::ProcessGroup()).wait();
+        auto bucket = torch::zeros({3 * numel + 4}, dtype);  // cut differently from the inputs
+        std::vector<torch::Tensor> outputs{bucket.narrow(0, 0, numel).view({numel, 1}),
+                                           bucket.narrow(0, numel, numel),
+                                           bucket.narrow(0, 2 * numel, numel + 3),
+                                           bucket.narrow(0, 3 * numel + 3, 1)};
+        ddp::detail::premul_sum_async(tensors, outputs, factor, ddp::ProcessGroup()).wait();
+        ASSERT_TRUE(torch::equal(bucket, expected)) << c10::toString(dtype) << " x" << numel;
+        ASSERT_TRUE(torch::equal(torch::cat(flat), all[rank])) << "an input was written";
+        ddp::detail::premul_sum_async(tensors, tensors, factor, ddp::ProcessGroup()).wait();
         flat.clear();
         for (const auto& t : tensors) flat.push_back(t.reshape(-1));
         ASSERT_TRUE(torch::equal(torch::cat(flat), expected))
@@ -155,7 +165,7 @@ TEST(ShmBackend, TensorListsReduceInPlaceAsOneBufferWithPremultipliedSums) {
     std::vector<ddp::ProcessGroup> singles;
     for (int r = 0; r < world; ++r) singles.push_back(ddp::new_group({r}, "shm"));
     auto alone = torch::arange(5, torch::kFloat);
-    ddp::detail::premul_sum_in_place_async({alone}, 0.5, singles[rank]).wait();
+    ddp::detail::premul_sum_async({alone}, {alone}, 0.5, singles[rank]).wait();
     EXPECT_TRUE(torch::equal(alone, torch::arange(5, torch::kFloat) * 0.5));
     ddp::destroy_process_group();
   });

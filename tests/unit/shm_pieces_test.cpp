@@ -47,7 +47,10 @@ TEST(ShmSegmentTest, MoveAssignmentReleasesTheSegmentItReplaces) {
 }
 
 TEST(ScatteredBytesTest, RangesSplitAtPieceBoundariesAndAdjacentPiecesMerge) {
-  char a[10], b[20];
+  char memory[64];
+  char* a = memory;       // a[0..10)
+  char* b = memory + 16;  // b[0..20), apart from a
+  char* c = memory + 40;  // c[0..8)
   ScatteredBytes run;
   run.add(a, 4);
   run.add(a + 4, 6);  // follows a[0..4): one piece
@@ -73,6 +76,19 @@ TEST(ScatteredBytesTest, RangesSplitAtPieceBoundariesAndAdjacentPiecesMerge) {
   parts.clear();
   run.for_each_part(30, 0, record);  // an empty range at the end touches nothing
   EXPECT_TRUE(parts.empty());
+
+  run.add(c, 8);
+  parts.clear();
+  run.for_each_part(2, 36, record);  // across all three pieces, ending where the last ends
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0], std::make_tuple(a + 2, size_t(0), size_t(8)));
+  EXPECT_EQ(parts[1], std::make_tuple(b, size_t(8), size_t(20)));
+  EXPECT_EQ(parts[2], std::make_tuple(c, size_t(28), size_t(8)));
+
+  parts.clear();
+  run.for_each_part(0, 10, record);  // ending exactly at a boundary stops there
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0], std::make_tuple(a, size_t(0), size_t(10)));
 }
 
 TEST(HostIdentityTest, TellsApartWhatAHostnameCannot) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <vector>
 
@@ -38,6 +39,7 @@ class ScatteredBytes {
   /// `pointer` is where the part lives, `offset` its distance from `begin`.
   template <typename Visit>
   void for_each_part(size_t begin, size_t length, Visit&& visit) const {
+    assert(begin + length <= size());
     size_t piece = std::upper_bound(ends_.begin(), ends_.end(), begin) - ends_.begin();
     for (size_t done = 0; done < length; ++piece) {
       const size_t at = begin + done;

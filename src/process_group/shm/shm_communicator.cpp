@@ -181,29 +181,35 @@ void ShmCommunicator::run_guarded(const char* operation, Body&& body) {
 
 void ShmCommunicator::all_reduce(void* data, size_t count, c10::ScalarType dtype,
                                  c10d::ReduceOp::RedOpType op) {
-  all_reduce(ScatteredBytes(data, count * c10::elementSize(dtype)), dtype, op);
+  const ScatteredBytes tensor(data, count * c10::elementSize(dtype));
+  all_reduce(tensor, tensor, dtype, op);
 }
 
-void ShmCommunicator::all_reduce(const ScatteredBytes& data, c10::ScalarType dtype,
-                                 c10d::ReduceOp::RedOpType op, double factor) {
+void ShmCommunicator::all_reduce(const ScatteredBytes& input, const ScatteredBytes& output,
+                                 c10::ScalarType dtype, c10d::ReduceOp::RedOpType op,
+                                 double factor) {
   const char* operation = "all_reduce";
   const size_t element = c10::elementSize(dtype);
-  const size_t count = data.size() / element;
+  const size_t count = input.size() / element;
   const int n = local_size();
   const int me = local_rank();
+  if (output.size() != input.size()) {
+    fail(operation, "the output holds " + std::to_string(output.size()) + " bytes, the input " +
+                        std::to_string(input.size()));
+  }
   run_guarded(operation, [&] {
     start_call(operation, kAllReduce, static_cast<uint64_t>(dtype) << 8 | op, count);
     std::vector<const void*> sources(n);
     if (count * element <= kSmallBytes) {
       const int set = begin_round(operation);
-      data.for_each_part(0, data.size(), [&](char* part, size_t at, size_t length) {
+      input.for_each_part(0, input.size(), [&](char* part, size_t at, size_t length) {
         std::memcpy(slot(set, me) + at, part, length);
       });
       sync_.arrive();
       wait_all(operation);
       check_calls_after_wait(operation);
-      data.for_each_part(0, data.size(), [&](char* part, size_t at, size_t length) {
-        for (int k = 0; k < n; ++k) sources[k] = k == me ? part : slot(set, k) + at;
+      output.for_each_part(0, output.size(), [&](char* part, size_t at, size_t length) {
+        for (int k = 0; k < n; ++k) sources[k] = slot(set, k) + at;
         reduce_into(part, sources.data(), n, length / element, dtype, op, factor);
       });
       end_round();
@@ -219,15 +225,15 @@ void ShmCommunicator::all_reduce(const ScatteredBytes& data, c10::ScalarType dty
         const size_t end = std::min({count, (j + 1) * slice, j * slice + offset + chunk});
         return (end > begin ? end - begin : 0) * element;
       };
-      // Calls visit(part, at, bytes) over this round's range of slice j.
-      auto for_each_part_of = [&](int j, auto&& visit) {
+      // Calls visit(part, at, bytes) over this round's range of slice j of `data`.
+      auto for_each_part_of = [&](const ScatteredBytes& data, int j, auto&& visit) {
         data.for_each_part((j * slice + offset) * element, length(j), visit);
       };
       const int set = begin_round(operation);
       for (int j = 0; j < n; ++j) {
         if (j == me) continue;
         char* staged = slot(set, me) + j * chunk * element;
-        for_each_part_of(j, [&](char* part, size_t at, size_t bytes) {
+        for_each_part_of(input, j, [&](char* part, size_t at, size_t bytes) {
           std::memcpy(staged + at, part, bytes);
         });
       }
@@ -235,9 +241,13 @@ void ShmCommunicator::all_reduce(const ScatteredBytes& data, c10::ScalarType dty
       wait_all(operation);
       check_calls_after_wait(operation);
       char* reduced = result(set) + me * chunk * element;
-      for_each_part_of(me, [&](char* part, size_t at, size_t bytes) {
-        for (int k = 0; k < n; ++k) sources[k] = k == me ? part : slot(set, k) + me * chunk * element + at;
+      for_each_part_of(input, me, [&](char* part, size_t at, size_t bytes) {
+        for (int k = 0; k < n; ++k) {
+          sources[k] = k == me ? part : slot(set, k) + me * chunk * element + at;
+        }
         reduce_into(reduced + at, sources.data(), n, bytes / element, dtype, op, factor);
+      });
+      for_each_part_of(output, me, [&](char* part, size_t at, size_t bytes) {
         std::memcpy(part, reduced + at, bytes);
       });
       sync_.arrive();
@@ -245,7 +255,7 @@ void ShmCommunicator::all_reduce(const ScatteredBytes& data, c10::ScalarType dty
       for (int j = 0; j < n; ++j) {
         if (j == me) continue;
         const char* from = result(set) + j * chunk * element;
-        for_each_part_of(j, [&](char* part, size_t at, size_t bytes) {
+        for_each_part_of(output, j, [&](char* part, size_t at, size_t bytes) {
           std::memcpy(part, from + at, bytes);
         });
       }

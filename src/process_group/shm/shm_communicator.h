@@ -60,10 +60,11 @@ class ShmCommunicator {
 
   /// In place: data holds `count` elements; every rank ends with op over all ranks.
   void all_reduce(void* data, size_t count, c10::ScalarType dtype, c10d::ReduceOp::RedOpType op);
-  /// The same over several tensors' memory as one run of elements, in place in each of them;
-  /// `factor` is PREMUL_SUM's (shm_reduce.h).
-  void all_reduce(const ScatteredBytes& data, c10::ScalarType dtype, c10d::ReduceOp::RedOpType op,
-                  double factor = 1.0);
+  /// The same over several tensors' memory seen as one run of elements, from `input` into
+  /// `output` (of the same size; the same object for in place); `factor` is PREMUL_SUM's
+  /// (shm_reduce.h). `input` is only read, and only while this call runs.
+  void all_reduce(const ScatteredBytes& input, const ScatteredBytes& output, c10::ScalarType dtype,
+                  c10d::ReduceOp::RedOpType op, double factor = 1.0);
   /// inputs[j] (count elements each) goes to local rank j, reduced over ranks, into `output`.
   void reduce_scatter(void* output, const std::vector<const void*>& inputs, size_t count,
                       c10::ScalarType dtype, c10d::ReduceOp::RedOpType op);

@@ -189,40 +189,68 @@ bool ShmProcessGroup::reduces_lists_in_place(const c10d::ProcessGroup& backend) 
   return shm && shm->single_host();
 }
 
+bool ShmProcessGroup::fits_lists(const std::vector<at::Tensor>& tensors) const {
+  return single_host() && !tensors.empty() &&
+         std::all_of(tensors.begin(), tensors.end(), [&](const at::Tensor& tensor) {
+           return fits_shm(tensor) && tensor.scalar_type() == tensors[0].scalar_type();
+         });
+}
+
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  const bool shm = single_host() && !tensors.empty() &&
-                   std::all_of(tensors.begin(), tensors.end(), [&](const at::Tensor& tensor) {
-                     return fits_shm(tensor) && tensor.scalar_type() == tensors[0].scalar_type();
-                   });
-  if (!shm) return gloo_->allreduce_coalesced(tensors, opts);
+  if (!fits_lists(tensors)) return gloo_->allreduce_coalesced(tensors, opts);
   const auto op = opts.reduceOp.op_;
-  const c10::ScalarType dtype = tensors[0].scalar_type();
-  check_reducible(dtype, op, "all_reduce_coalesced");
   double factor = 1.0;
   if (op == c10d::ReduceOp::PREMUL_SUM) {
     const auto* premul =
         dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(opts.reduceOp.supplement_.get());
-    if (!premul) {
+    if (!premul || !premul->tensor_factors.empty()) {
       fail("all_reduce_coalesced", "PREMUL_SUM needs its factor as a number "
-                                   "(c10d::makeNCCLPreMulSum(double)), not as a tensor");
+                                   "(c10d::makeNCCLPreMulSum(double)), not as tensors");
     }
     factor = premul->double_factor;
   }
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, [this, tensors, dtype, op, factor] {
-    ScatteredBytes data;
-    for (const auto& tensor : tensors) data.add(tensor.data_ptr(), tensor.nbytes());
-    if (local_) {
-      local_->all_reduce(data, dtype, op, factor);
+  return all_reduce_lists(tensors, tensors, op, factor);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::premul_sum_into(std::vector<at::Tensor> inputs,
+                                                                std::vector<at::Tensor> outputs,
+                                                                double factor) {
+  const char* operation = "all_reduce";
+  const bool shapes_match =
+      inputs.size() == outputs.size() &&
+      std::equal(inputs.begin(), inputs.end(), outputs.begin(),
+                 [](const at::Tensor& a, const at::Tensor& b) { return a.numel() == b.numel(); });
+  if (!fits_lists(inputs) || !fits_lists(outputs) ||
+      outputs[0].scalar_type() != inputs[0].scalar_type() || !shapes_match) {
+    fail(operation, "premul_sum_into takes, on one host, dense CPU inputs of one dtype and "
+                    "outputs of the same dtype and element counts");
+  }
+  return all_reduce_lists(std::move(inputs), std::move(outputs), c10d::ReduceOp::PREMUL_SUM,
+                          factor);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::all_reduce_lists(std::vector<at::Tensor> inputs,
+                                                                 std::vector<at::Tensor> outputs,
+                                                                 c10d::ReduceOp::RedOpType op,
+                                                                 double factor) {
+  const c10::ScalarType dtype = inputs[0].scalar_type();
+  check_reducible(dtype, op, "all_reduce_coalesced");
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, [this, inputs, outputs, dtype, op, factor] {
+    if (!local_) {
+      // A group of one: the sum is the input itself, premultiplied as the peers' would be.
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const void* source[1] = {inputs[i].data_ptr()};
+        const bool unchanged = op != c10d::ReduceOp::PREMUL_SUM || factor == 1.0;
+        if (unchanged && source[0] == outputs[i].data_ptr()) continue;
+        reduce_into(outputs[i].data_ptr(), source, 1, inputs[i].numel(), dtype, op, factor);
+      }
       return;
     }
-    // A group of one: the sum is the tensor itself, premultiplied as the peers' would be.
-    if (op != c10d::ReduceOp::PREMUL_SUM || factor == 1.0) return;
-    const void* source[1];
-    data.for_each_part(0, data.size(), [&](char* part, size_t, size_t bytes) {
-      source[0] = part;
-      reduce_into(part, source, 1, bytes / c10::elementSize(dtype), dtype, op, factor);
-    });
+    ScatteredBytes input, output;
+    for (const auto& tensor : inputs) input.add(tensor.data_ptr(), tensor.nbytes());
+    for (const auto& tensor : outputs) output.add(tensor.data_ptr(), tensor.nbytes());
+    local_->all_reduce(input, output, dtype, op, factor);
   });
 }
 

@@ -68,8 +68,15 @@ class ShmProcessGroup : public c10d::ProcessGroup {
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
 
   /// True when `backend` is a ShmProcessGroup on one host: its allreduce_coalesced then works in
-  /// place on the tensors and takes PREMUL_SUM (what DDP's reducer asks before it skips buckets).
+  /// place on the tensors and takes PREMUL_SUM, and premul_sum_into works (what DDP's reducer asks
+  /// before it skips buckets).
   static bool reduces_lists_in_place(const c10d::ProcessGroup& backend);
+  /// Only where reduces_lists_in_place: outputs[i] = sum over ranks of inputs[i] * factor (each
+  /// product rounded, summed in rank order), the lists reduced as one run of elements. The inputs
+  /// are only read, and only while the op runs; outputs[i] may be inputs[i]. Not c10d's interface:
+  /// DDP's reducer reads gradients that autograd may still read too, and writes the bucket.
+  c10::intrusive_ptr<c10d::Work> premul_sum_into(std::vector<at::Tensor> inputs,
+                                                 std::vector<at::Tensor> outputs, double factor);
 
   // Through the flat gloo group.
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -107,6 +114,11 @@ class ShmProcessGroup : public c10d::ProcessGroup {
 
  private:
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::function<void()> body);
+  // Tensor lists shared memory can take: on one host, dense CPU, one dtype.
+  bool fits_lists(const std::vector<at::Tensor>& tensors) const;
+  c10::intrusive_ptr<c10d::Work> all_reduce_lists(std::vector<at::Tensor> inputs,
+                                                  std::vector<at::Tensor> outputs,
+                                                  c10d::ReduceOp::RedOpType op, double factor);
   // Run on the op queue.
   void all_reduce_now(at::Tensor& tensor, c10d::ReduceOp::RedOpType op);
   void broadcast_now(at::Tensor& tensor, int root);

@@ -116,7 +116,7 @@ void reduce_typed(void* dst, const void* const* sources, int count, size_t n, Op
 }
 
 // PREMUL_SUM: dst = s0 * f + s1 * f + ..., each product rounded to T before it is added, in rank
-// order, as PyTorch's DDP gets it (a multiplication while copying into the bucket, then a sum).
+// order: the products of PyTorch's reducer (a multiplication while copying into the bucket).
 template <typename T>
 void premul_sum(T* out, const void* const* sources, int count, size_t n, T factor) {
   auto source = [sources](int k) { return static_cast<const T*>(sources[k]); };
