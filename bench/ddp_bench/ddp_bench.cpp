@@ -6,7 +6,7 @@
 //   ddprun --nproc-per-node 2 build/bench/ddp_bench --model mlp|cnn|resnet|transformer
 //       [--steps 30] [--warmup 5] [--batch B] [--bucket-cap-mb 25] [--threads 1]
 //       [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]
-//       [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view]
+//       [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view] [--zero-grad none|zero]
 //
 // Without RANK in the environment, or with --no-ddp, it runs one process without DDP (the
 // compute-only limit). With --lockstep the ranks train without DDP but all_reduce one float after
@@ -18,12 +18,15 @@
 //   {"impl": "ddp-cpp", "model": ..., "world_size": ..., "params": ..., "batch_per_rank": ...,
 //    "step_ms_median": ..., "step_ms_min": ..., "samples_per_s": ..., "mode": ...,
 //    "forward_ms_median": ..., "backward_ms_median": ..., "optimizer_ms_median": ...,
-//    "backend": ... [, "comm_hook": ...] [, "gradient_as_bucket_view": true]}
+//    "backend": ... [, "comm_hook": ...] [, "gradient_as_bucket_view": true]
+//    [, "zero_grad": "zero"]}
 // "mode" is "ddp", "lockstep", "paired" or "no_ddp"; paired adds "lockstep_step_ms_median",
 // "ddp_minus_lockstep_ms_median" and "ddp_minus_lockstep_backward_ms_median", and its other times
 // are those of the DDP steps; "backend" is the resolved one ("shm" or "gloo"),
 // absent without a process group. The phases are medians of their own: forward includes
 // zero_grad and the loss, backward includes DDP's wait for its buckets (or lockstep's all_reduce).
+// --zero-grad zero keeps the gradients and zeroes them, as libtorch 1.13's Optimizer::zero_grad()
+// does, instead of setting them to none as the peer's zero_grad(set_to_none=True) does.
 #include <ddp/ddp.h>
 #include <torch/torch.h>
 
@@ -53,6 +56,7 @@ struct Args {
   bool lockstep = false;
   bool paired = false;
   bool gradient_as_bucket_view = false;  // DDPOptions' default, as in PyTorch
+  std::string zero_grad = "none";        // "none": set_to_none, as the peer; "zero": zero_()
   int threads = 1;
   std::string comm_hook = "none";
   std::string backend = "auto";  // the library's default
@@ -62,7 +66,8 @@ constexpr const char* kUsage =
     "usage: ddp_bench [--model mlp|cnn|resnet|transformer] [--steps N] [--warmup N]\n"
     "                 [--batch B (0 = model default)] [--bucket-cap-mb MB] [--threads N]\n"
     "                 [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]\n"
-    "                 [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view]\n";
+    "                 [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view]\n"
+    "                 [--zero-grad none|zero]\n";
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -109,6 +114,8 @@ Args parse_args(int argc, char** argv) {
       a.paired = switch_on();
     } else if (flag == "--gradient-as-bucket-view") {
       a.gradient_as_bucket_view = switch_on();
+    } else if (flag == "--zero-grad") {
+      a.zero_grad = value();
     } else {
       throw std::invalid_argument("unknown argument '" + std::string(argv[i]) + "'\n" + kUsage);
     }
@@ -120,6 +127,8 @@ Args parse_args(int argc, char** argv) {
   if (a.comm_hook != "none" && a.comm_hook != "allreduce" && a.comm_hook != "fp16" &&
       a.comm_hook != "bf16")
     throw std::invalid_argument("--comm-hook must be allreduce, fp16, bf16 or none");
+  if (a.zero_grad != "none" && a.zero_grad != "zero")
+    throw std::invalid_argument("--zero-grad must be none (set_to_none) or zero");
   if (a.no_ddp + a.lockstep + a.paired > 1)
     throw std::invalid_argument("--no-ddp, --lockstep and --paired exclude each other");
   if ((a.no_ddp || a.lockstep) && (a.comm_hook != "none" || a.gradient_as_bucket_view))
@@ -132,9 +141,17 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-// optimizer.zero_grad(set_to_none=True), as the peer does (libtorch 1.13's zero_grad() zeroes).
-void zero_grad_set_to_none(torch::nn::Module& module) {
-  for (auto& p : module.parameters()) p.mutable_grad().reset();
+// optimizer.zero_grad(set_to_none=True), as the peer does; or, with `keep`, libtorch 1.13's
+// Optimizer::zero_grad(), which zeroes each .grad in place.
+void zero_grad(torch::nn::Module& module, bool keep) {
+  for (auto& p : module.parameters()) {
+    if (!keep) {
+      p.mutable_grad().reset();
+    } else if (p.grad().defined()) {
+      p.mutable_grad().detach_();
+      p.mutable_grad().zero_();
+    }
+  }
 }
 
 // The times of one step's phases, in ms.
@@ -153,10 +170,10 @@ double ms_between(std::chrono::steady_clock::time_point a,
 // One step: zero_grad, forward, loss, backward, after_backward(), optimizer step.
 template <typename Net, typename AfterBackward>
 StepTimes train_step(Net& net, torch::nn::Module& module, torch::optim::SGD& opt,
-                     const torch::Tensor& x, const torch::Tensor& y,
+                     const torch::Tensor& x, const torch::Tensor& y, bool keep_grads,
                      AfterBackward&& after_backward) {
   const auto t0 = std::chrono::steady_clock::now();
-  zero_grad_set_to_none(module);
+  zero_grad(module, keep_grads);
   auto out = net(x);
   auto loss = torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), y.reshape(-1));
   const auto t1 = std::chrono::steady_clock::now();
@@ -223,13 +240,15 @@ int run(const Args& a) {
   auto token = torch::zeros({1});
   auto nothing = [] {};
   auto in_step = [&] { ddp::all_reduce(token); };
+  const bool keep = a.zero_grad == "zero";
   for (int i = 0; i < a.warmup + a.steps; ++i) {
-    const StepTimes t = use_ddp      ? train_step(wrapped, *model, opt, x, y, nothing)
-                        : a.lockstep ? train_step(plain, *model, opt, x, y, in_step)
-                                     : train_step(plain, *model, opt, x, y, nothing);
+    const StepTimes t = use_ddp      ? train_step(wrapped, *model, opt, x, y, keep, nothing)
+                        : a.lockstep ? train_step(plain, *model, opt, x, y, keep, in_step)
+                                     : train_step(plain, *model, opt, x, y, keep, nothing);
     // The lockstep half of a pair: DDP's hooks see a backward it did not prepare and leave the
     // gradients alone.
-    const StepTimes l = a.paired ? train_step(plain, *model, opt, x, y, in_step) : StepTimes{};
+    const StepTimes l =
+        a.paired ? train_step(plain, *model, opt, x, y, keep, in_step) : StepTimes{};
     if (i < a.warmup) continue;
     times.push_back(t.total());
     forward_times.push_back(t.forward);
@@ -260,6 +279,7 @@ int run(const Args& a) {
     if (use_ddp && ddp_net->options().gradient_as_bucket_view()) {
       extra += ", \"gradient_as_bucket_view\": true";  // as DDP holds it, not as parsed
     }
+    if (keep) extra += ", \"zero_grad\": \"zero\"";
     std::printf(
         "{\"impl\": \"ddp-cpp\", \"model\": \"%s\", \"world_size\": %d, \"params\": %lld, "
         "\"batch_per_rank\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# ddp_bench's modes on a few steps: DDP (with and without gradient_as_bucket_view), lockstep and
-# paired at 2 ranks, and one process without DDP, each print a JSON line that names the mode and
-# times the phases (paired also the lockstep steps and the pairs' differences); --lockstep without
-# ranks or with --no-ddp, a DDP option without DDP, and a switch given a value fail with a message
-# that says what to do.
+# ddp_bench's modes on a few steps: DDP (with and without gradient_as_bucket_view, with gradients
+# set to none or zeroed), lockstep and paired at 2 ranks, and one process without DDP, each print
+# a JSON line that names the mode and times the phases (paired also the lockstep steps and the
+# pairs' differences); --lockstep without ranks or with --no-ddp, a DDP option without DDP, a
+# switch given a value and an unknown --zero-grad fail with a message that says what to do.
 # Usage: ddp_bench_modes_test.sh DDPRUN DDP_BENCH
 set -euo pipefail
 ddprun=$1
@@ -29,6 +29,10 @@ expect_line ddp "\"world_size\": 2, .*\"mode\": \"ddp\", $phases, \"backend\": \
 timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" \
   --gradient-as-bucket-view > "$work/view" 2>&1 || fail "ddp, bucket views: exited $?" "$work/view"
 expect_line view "\"mode\": \"ddp\", .*\"gradient_as_bucket_view\": true}" "$work/view"
+
+timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" \
+  --zero-grad zero > "$work/zeroed" 2>&1 || fail "ddp, zeroed grads: exited $?" "$work/zeroed"
+expect_line zeroed "\"mode\": \"ddp\", .*\"zero_grad\": \"zero\"}" "$work/zeroed"
 
 timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" --lockstep \
   > "$work/lockstep" 2>&1 || fail "lockstep mode exited $?" "$work/lockstep"
@@ -58,5 +62,6 @@ expect_error() {
 expect_error "--lockstep needs ranks: start it with ddprun" --lockstep
 expect_error "--no-ddp, --lockstep and --paired exclude each other" --lockstep --no-ddp
 expect_error "--paired takes no value" --paired=yes
+expect_error "--zero-grad must be none (set_to_none) or zero" --zero-grad keep
 expect_error "--comm-hook and --gradient-as-bucket-view are DDP's" --no-ddp --comm-hook fp16
 echo PASS
