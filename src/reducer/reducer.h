@@ -64,7 +64,7 @@ class Reducer {
 
   /// For tests and logging: the parameter indices of each bucket, in reduction order.
   std::vector<std::vector<size_t>> bucket_indices() const;
-  // How a parameter's gradient reached the reduction in this iteration.
+  /// How a parameter's gradient reached the reduction in this iteration.
   enum class Route : uint8_t {
     kBucket,    // copied into its bucket view (or aliased by it), reduced there, copied back
     kReadGrad,  // read from .grad, made by this backward, into the bucket view; copied back

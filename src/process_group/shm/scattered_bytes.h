@@ -1,10 +1,10 @@
 // ScatteredBytes: the memory of several tensors, in order, seen as one run of bytes.
 //
-// A collective over many tensors at once (DDP's gradients, reduced where autograd left them)
+// A collective over many tensors at once (DDP's gradients, read where autograd left them)
 // works on offsets into this run exactly as it would into one flat buffer, and copies each range
-// from or to the pieces it covers. That saves what a flat buffer costs: a copy of every gradient
-// into it and a copy back out, two passes over memory per step. Pieces that follow each other
-// in memory are merged, so a flat buffer is one piece and costs nothing extra.
+// from or to the pieces it covers. That saves what a flat buffer costs: a pass over memory to
+// copy every gradient into it, and another to copy the result back where it may go. Pieces that
+// follow each other in memory are merged, so a flat buffer is one piece and costs nothing extra.
 //
 // Not thread-safe; built by the caller of one collective and read by it.
 #pragma once
@@ -24,8 +24,9 @@ class ScatteredBytes {
   void add(void* data, size_t bytes) {
     if (bytes == 0) return;
     char* start = static_cast<char*>(data);
-    if (!starts_.empty() && starts_.back() + (ends_.back() - begin_of(starts_.size() - 1)) == start) {
-      ends_.back() += bytes;
+    const size_t last = starts_.size() - 1;
+    if (!starts_.empty() && starts_[last] + (ends_[last] - begin_of(last)) == start) {
+      ends_[last] += bytes;  // follows the last piece in memory
       return;
     }
     starts_.push_back(start);
