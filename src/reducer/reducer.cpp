@@ -58,8 +58,10 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
       group_(std::move(group)),
       options_(options),
       world_size_(group_.size()),
-      // As PyTorch's DDP averages: each gradient times 1/world_size, then the sum.
-      average_factor_(at::native::wrapped_scalar_tensor(1.0 / world_size_)),
+      // As PyTorch's DDP averages: each gradient times 1/world_size, then the sum. One value for
+      // the bucket copies and the backend's lists, so that both routes give the same bits.
+      average_(1.0 / world_size_),
+      average_factor_(at::native::wrapped_scalar_tensor(average_)),
       group_reduces_in_place_(reduces_lists_in_place(group_)) {
   // Gradients become ready roughly in reverse registration order: start from that order, with a
   // small first bucket, until the first iteration tells the real order.
@@ -365,8 +367,7 @@ void Reducer::launch_ready_buckets() {
         inputs.push_back(route == Route::kBucket ? view : bucket.grads[position]);
         outputs.push_back(route == Route::kInGrad ? bucket.grads[position] : view);
       }
-      bucket.work = premul_sum_async(std::move(inputs), std::move(outputs), 1.0 / world_size_,
-                                     group_);
+      bucket.work = premul_sum_async(std::move(inputs), std::move(outputs), average_, group_);
     } else if (comm_hook_) {
       std::vector<at::Tensor> members;
       for (size_t index : bucket.parameters) members.push_back(parameters_[index]);

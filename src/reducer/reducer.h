@@ -109,7 +109,8 @@ class Reducer {
   ProcessGroup group_;
   ReducerOptions options_;
   int world_size_;
-  at::Tensor average_factor_;    // 1/world_size, a wrapped scalar as PyTorch's reducer uses
+  double average_;               // 1/world_size
+  at::Tensor average_factor_;    // the same, a wrapped scalar as PyTorch's reducer uses
   bool group_reduces_in_place_;  // the backend takes premultiplied lists (unverified.h)
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
   std::vector<uintptr_t> hook_keys_;
