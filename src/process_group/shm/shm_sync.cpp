@@ -86,6 +86,14 @@ void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
                        const char* operation) {
   RankSlot& slot = slots_[peer];
   if (reached(slot.arrive.load(std::memory_order_acquire), target)) return;
+  // An abort ends the wait only if the peer has not arrived: the peer may arrive, and then some
+  // rank fail the next collective and abort, before this rank looks at the counter again.
+  auto arrived_unless_aborted = [&] {
+    if (header_->aborted_by.load(std::memory_order_acquire) < 0) return false;
+    if (reached(slot.arrive.load(std::memory_order_seq_cst), target)) return true;
+    throw_if_aborted(operation);
+    return false;
+  };
   const auto start = Clock::now();
   auto now = start;
   unsigned spins = 0;
@@ -94,7 +102,7 @@ void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
       if (reached(slot.arrive.load(std::memory_order_acquire), target)) return;
       DDP_CPU_RELAX();
     }
-    if ((++spins & 7) == 0) throw_if_aborted(operation);
+    if ((++spins & 7) == 0 && arrived_unless_aborted()) return;
     now = Clock::now();
   }
   while (now - start < kSpin + kYield) {
@@ -105,7 +113,8 @@ void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
   while (true) {
     // A peer that arrived and then left or died did its part: look at its counter again after
     // learning that it is gone (it stores the counter first).
-    if (!peer_is_present(peer, operation)) {
+    if (arrived_unless_aborted()) return;
+    if (!peer_is_present(peer)) {
       if (reached(slot.arrive.load(std::memory_order_seq_cst), target)) return;
       fail_wait(peer, why_absent(peer), operation);
     }
@@ -186,8 +195,7 @@ void ShmSync::mark_left() {
   futex_wake_all(&slots_[local_rank_].arrive);
 }
 
-bool ShmSync::peer_is_present(int peer, const char* operation) const {
-  throw_if_aborted(operation);
+bool ShmSync::peer_is_present(int peer) const {
   const RankSlot& slot = slots_[peer];
   return !slot.left.load(std::memory_order_seq_cst) &&
          process_is_alive(slot.pid.load(std::memory_order_acquire));

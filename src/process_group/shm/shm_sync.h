@@ -78,8 +78,8 @@ class ShmSync {
 
  private:
   [[noreturn]] void fail_wait(int peer, const std::string& cause, const char* operation);
-  // False when the peer has left the group or its process is gone; throws if the group aborted.
-  bool peer_is_present(int peer, const char* operation) const;
+  // False when the peer has left the group or its process is gone.
+  bool peer_is_present(int peer) const;
   std::string why_absent(int peer) const;
 
   ShmHeader* header_ = nullptr;
