@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace ddp::testing {
@@ -37,10 +38,40 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+
+// One temporary folder per test process, made by the process that runs the test (run_ranks makes
+// it before it forks, so that the ranks' folders land in it too) and removed when that process
+// exits; ranks leave through _exit and never remove it.
+class TestFolder {
+ public:
+  TestFolder() : owner_(::getpid()) {
+    char pattern[] = "/tmp/ddp_test_XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("TestFolder: mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TestFolder() {
+    std::error_code ignored;
+    if (::getpid() == owner_) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  pid_t owner_;
+  std::string path_;
+};
+
+const TestFolder& test_folder() {
+  static const TestFolder folder;
+  return folder;
+}
+
+}  // namespace
+
 std::string fresh_path(const std::string& name) {
-  char pattern[] = "/tmp/ddp_test_XXXXXX";
-  if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("fresh_path: mkdtemp failed");
-  return std::string(pattern) + "/" + name;
+  std::string pattern = test_folder().path() + "/XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("fresh_path: mkdtemp failed");
+  return pattern + "/" + name;
 }
 
 double elapsed_ms(std::chrono::steady_clock::time_point start) {
@@ -76,6 +107,7 @@ int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pi
 }  // namespace
 
 std::vector<RankOutcome> run_ranks(const Launch& launch, const std::function<void(int)>& body) {
+  test_folder();  // before the ranks exist: see TestFolder
   const int port = free_port();
   std::fflush(stdout);
   std::fflush(stderr);

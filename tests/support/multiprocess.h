@@ -41,6 +41,7 @@ void run_ranks_ok(int world_size, const std::function<void(int rank)>& body,
 int free_port();
 
 /// A path in a fresh temporary folder that does not exist yet ("file://" + path for init_method).
+/// The folders are removed when the test process exits.
 std::string fresh_path(const std::string& name = "rendezvous");
 
 /// Milliseconds since `start`.
