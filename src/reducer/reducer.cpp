@@ -71,6 +71,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
                                     {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
   local_used_ = at::zeros({static_cast<int64_t>(parameters_.size())}, at::kInt);
   grads_before_.resize(parameters_.size());
+  averaged_.resize(parameters_.size());
   exclusive_before_.resize(parameters_.size());
   install_hooks();
   reset_iteration();
@@ -334,10 +335,10 @@ void Reducer::stage_gradient(size_t index, bool got_gradient) {
   const bool in_place = reduces_in_place(bucket);
   const bool multiply = !comm_hook_ && !in_place;
   // Not for a parameter this rank did not use: its .grad must stay untouched if no rank used it.
-  const Route route = in_place && got_gradient && grad.defined() &&
-                              !options_.gradient_as_bucket_view
-                          ? route_of(index, grad, view)
-                          : Route::kBucket;
+  const Route route =
+      in_place && got_gradient && grad.defined() && !options_.gradient_as_bucket_view
+          ? route_of(index, grad, view)
+          : Route::kBucket;
   if (!grad.defined()) {
     view.zero_();
   } else if (options_.gradient_as_bucket_view && grad.is_alias_of(view)) {
@@ -346,6 +347,7 @@ void Reducer::stage_gradient(size_t index, bool got_gradient) {
     // Read where autograd left it: no copy in (and, for kInGrad, none back).
     bucket.routes[position] = route;
     bucket.grads[position] = grad;
+    if (route == Route::kReadGrad) prepare_average_of(index, grad);
   } else {
     if (multiply) {
       at::mul_out(view, grad, average_factor_);
@@ -353,6 +355,31 @@ void Reducer::stage_gradient(size_t index, bool got_gradient) {
       view.copy_(grad);
     }
     if (options_.gradient_as_bucket_view) grad = view;
+  }
+}
+
+void Reducer::prepare_average_of(size_t index, const at::Tensor& grad) {
+  at::Tensor& average = averaged_[index];
+  // Reused once nothing but the reducer holds it or its memory: the optimizer dropped it from
+  // .grad (zero_grad with set_to_none), and nobody kept it. Then nobody can reach it any more.
+  const bool reusable = average.defined() && average.use_count() == 1 &&
+                        average.storage().use_count() == 1 && average.sizes() == grad.sizes();
+  if (!reusable) average = at::empty(grad.sizes(), grad.options());
+}
+
+void Reducer::hand_average_to_grad(size_t index, const at::Tensor& grad_at_hook) {
+  at::Tensor& grad = parameters_[index].mutable_grad();
+  // The .grad that this backward made, held by nothing but .grad and the reducer, in memory
+  // nothing else holds (autograd holds no gradient once backward is over): nobody can tell it
+  // from the average, which replaces it. Otherwise (it shares memory with another parameter's
+  // .grad, a hook replaced or kept it) the average is copied into it, as PyTorch's DDP does.
+  const bool unseen = grad.unsafeGetTensorImpl() == grad_at_hook.unsafeGetTensorImpl() &&
+                      grad.use_count() == 2 && grad.storage().use_count() == 1 &&
+                      !grad.requires_grad();
+  if (unseen) {
+    grad = averaged_[index];
+  } else {
+    grad.copy_(averaged_[index]);
   }
 }
 
@@ -365,7 +392,9 @@ void Reducer::launch_ready_buckets() {
         const Route route = bucket.routes[position];
         const at::Tensor& view = bucket.views[position];
         inputs.push_back(route == Route::kBucket ? view : bucket.grads[position]);
-        outputs.push_back(route == Route::kInGrad ? bucket.grads[position] : view);
+        outputs.push_back(route == Route::kInGrad     ? bucket.grads[position]
+                          : route == Route::kReadGrad ? averaged_[bucket.parameters[position]]
+                                                      : view);
       }
       bucket.work = premul_sum_async(std::move(inputs), std::move(outputs), average_, group_);
     } else if (comm_hook_) {
@@ -405,7 +434,9 @@ void Reducer::finalize_backward() {
     }
     const at::Tensor& view = bucket.views[slots_[i].position];
     at::Tensor& grad = parameters_[i].mutable_grad();
-    if (options_.gradient_as_bucket_view) {
+    if (bucket.routes[slots_[i].position] == Route::kReadGrad) {
+      hand_average_to_grad(i, bucket.grads[slots_[i].position]);
+    } else if (options_.gradient_as_bucket_view) {
       if (!grad.defined() || !grad.is_alias_of(view)) grad = view;
     } else if (grad.defined()) {
       grad.copy_(view);

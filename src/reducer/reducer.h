@@ -10,7 +10,8 @@
 // Where the backend reduces lists of tensors where they are (shm on one host) and no comm hook
 // is set, the multiplication happens as the backend sums, and each gradient takes one of three
 // routes (Route): the copy into the bucket is skipped for every dense .grad, and the copy back too
-// for a .grad that existed before backward and shares its memory with nothing. The others (no
+// for a .grad that existed before backward and shares its memory with nothing; a .grad made by
+// this backward is replaced by a tensor of the reducer's that holds its average. The others (no
 // gradient on this rank, non-contiguous, another dtype, gradient_as_bucket_view) go through their
 // bucket view as before; the buckets stay allocated for them. A kInGrad .grad is written by the
 // op queue's thread while backward goes on (as gradient_as_bucket_view's bucket is); it holds its
@@ -67,7 +68,7 @@ class Reducer {
   /// How a parameter's gradient reached the reduction in this iteration.
   enum class Route : uint8_t {
     kBucket,    // copied into its bucket view (or aliased by it), reduced there, copied back
-    kReadGrad,  // read from .grad, made by this backward, into the bucket view; copied back
+    kReadGrad,  // read from .grad, made by this backward; the average replaces it (or is copied)
     kInGrad,    // reduced in .grad itself: no copy either way
   };
   /// For tests: each parameter's route in the last backward, by parameter index.
@@ -100,6 +101,10 @@ class Reducer {
   Route route_of(size_t index, const at::Tensor& grad, const at::Tensor& view) const;
   // Copies (or, in place, leaves) the gradient where the bucket's reduction will find it.
   void stage_gradient(size_t index, bool got_gradient);
+  // kReadGrad: makes averaged_[index] ready to take the average of grad.
+  void prepare_average_of(size_t index, const at::Tensor& grad);
+  // kReadGrad, after backward: averaged_[index] becomes .grad, or is copied into it.
+  void hand_average_to_grad(size_t index, const at::Tensor& grad_at_hook);
   void launch_ready_buckets();
   void finalize_backward();
   std::string parameter_list(const std::vector<size_t>& indices) const;
@@ -132,9 +137,13 @@ class Reducer {
   at::Tensor local_used_;             // int32 per parameter: got a gradient (find_unused)
   Work used_work_;
   at::Tensor global_used_;
-  std::vector<size_t> ready_order_;  // first synchronized iteration's order, for the rebuild
+  std::vector<size_t> ready_order_;       // first synchronized iteration's order, for the rebuild
   std::vector<at::Tensor> grads_before_;  // each .grad at prepare_for_backward (shm lists only)
   std::vector<bool> exclusive_before_;    // ... and whether nothing else shared its memory
+  // Per parameter, for kReadGrad: the tensor its average is written into, which then replaces
+  // the .grad that backward made. It stays .grad until zero_grad drops it, and is written again
+  // only once nothing but the reducer holds it.
+  std::vector<at::Tensor> averaged_;
   bool has_rebuilt_ = false;
 };
 

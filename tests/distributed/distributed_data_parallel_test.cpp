@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -32,6 +33,20 @@ torch::nn::Sequential make_cnn() {
       torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3)), torch::nn::ReLU(), torch::nn::Flatten(),
       torch::nn::Linear(8 * 6 * 6, 5));
 }
+
+// A post hook on a gradient accumulator, as a user may add one.
+class CallAfterAccumulation : public torch::autograd::FunctionPostHook {
+ public:
+  explicit CallAfterAccumulation(std::function<void()> call) : call_(std::move(call)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    call_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> call_;
+};
 
 // The whole batch of one step: world * kBatchPerRank samples, the same on every rank.
 std::pair<torch::Tensor, torch::Tensor> global_batch(bool images, int world, int step) {
@@ -190,22 +205,22 @@ TEST(DistributedDataParallel, ShmOnOneHostReducesGradientsWhereAutogradLeftThem)
         ddp::detail::Reducer reducer(parameters, names, ddp::ProcessGroup(), options);
         if (hook) reducer.register_comm_hook(ddp::comm_hooks::allreduce());
         const bool lists = backend == "shm" && !hook;
-        backward_through(reducer);  // .grad made by this backward: read, reduced into the bucket
+        backward_through(reducer);  // .grad made by this backward: read, its average replaces it
         const Route made = lists ? Route::kReadGrad : Route::kBucket;
-        EXPECT_EQ(reducer.routes(), std::vector<Route>({made, made, Route::kBucket,
-                                                        Route::kBucket}))
+        EXPECT_EQ(reducer.routes(),
+                  std::vector<Route>({made, made, Route::kBucket, Route::kBucket}))
             << backend << ", hook " << hook;
         for (auto& p : used->parameters()) p.mutable_grad().zero_();
         backward_through(reducer);  // .grad accumulated into: reduced where it is
         const Route kept = lists ? Route::kInGrad : Route::kBucket;
-        EXPECT_EQ(reducer.routes(), std::vector<Route>({kept, kept, Route::kBucket,
-                                                        Route::kBucket}))
+        EXPECT_EQ(reducer.routes(),
+                  std::vector<Route>({kept, kept, Route::kBucket, Route::kBucket}))
             << backend << ", hook " << hook;
         // A transposed .grad cannot be read as a run of elements: it goes through its bucket.
         used->weight.mutable_grad() = torch::zeros({20, 8}).t();
         backward_through(reducer);
-        EXPECT_EQ(reducer.routes(), std::vector<Route>({Route::kBucket, kept, Route::kBucket,
-                                                        Route::kBucket}))
+        EXPECT_EQ(reducer.routes(),
+                  std::vector<Route>({Route::kBucket, kept, Route::kBucket, Route::kBucket}))
             << backend << ", hook " << hook;
       }
       ddp::destroy_process_group();
@@ -273,6 +288,51 @@ TEST(DistributedDataParallel, AGradientStillFlowingBackIsNotOverwrittenByItsAver
     EXPECT_TRUE(torch::equal(linear->weight.grad(), torch::full({4, 3}, 3.5)))
         << linear->weight.grad();
     EXPECT_TRUE(torch::equal(w.grad(), torch::full({4}, 2.0))) << w.grad();
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, AGradMadeByBackwardIsReplacedByItsAverageReusedOnceDropped) {
+  // After zero_grad with set_to_none each backward makes new gradients. On shm the backend writes
+  // their averages into tensors of the reducer's, which replace them as .grad (no copy back), and
+  // which it writes again in a later backward only once nobody else holds them.
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm"));
+    torch::nn::Linear linear(3, 4);
+    auto parameters = linear->parameters();
+    ddp::detail::Reducer reducer(parameters, {"weight", "bias"}, ddp::ProcessGroup(), {});
+    auto step = [&](double scale) {  // every gradient is scale * (rank + 1): averages 1.5 scale
+      for (auto& p : parameters) p.mutable_grad().reset();
+      reducer.prepare_for_forward();
+      auto loss = linear->forward(torch::ones({1, 3})).sum() * (scale * (rank + 1));
+      reducer.prepare_for_backward({loss});
+      loss.backward();
+    };
+    step(1);
+    std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> firsts;
+    for (const auto& p : parameters) firsts.emplace_back(p.grad().getIntrusivePtr());
+    step(2);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      EXPECT_EQ(parameters[i].grad().unsafeGetTensorImpl(), firsts[i].lock().get()) << i;
+      EXPECT_TRUE(torch::equal(parameters[i].grad(), torch::full_like(parameters[i], 3.0)));
+    }
+    // Kept by the user past zero_grad: never overwritten; the next average goes elsewhere.
+    std::vector<torch::Tensor> kept;
+    for (const auto& p : parameters) kept.push_back(p.grad());
+    step(4);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      EXPECT_TRUE(torch::equal(kept[i], torch::full_like(parameters[i], 3.0))) << kept[i];
+      EXPECT_TRUE(torch::equal(parameters[i].grad(), torch::full_like(parameters[i], 6.0)));
+      EXPECT_FALSE(parameters[i].grad().is_alias_of(kept[i])) << i;
+    }
+    // A .grad that someone else took during backward: the average is copied into it.
+    torch::Tensor taken;
+    auto accumulator = torch::autograd::impl::grad_accumulator(linear->bias);
+    accumulator->add_post_hook(
+        std::make_unique<CallAfterAccumulation>([&] { taken = linear->bias.grad(); }));
+    step(8);
+    EXPECT_EQ(taken.unsafeGetTensorImpl(), linear->bias.grad().unsafeGetTensorImpl());
+    EXPECT_TRUE(torch::equal(taken, torch::full({4}, 12.0))) << taken;
     ddp::destroy_process_group();
   });
 }
