@@ -52,6 +52,9 @@ void OpQueue::run_head(std::unique_lock<std::mutex>& lock) {
   } catch (...) {
     error = std::current_exception();
   }
+  // The body's captures (the tensors it read and wrote) go before the work completes: a waiter
+  // may count the references to them as soon as it returns (the reducer does).
+  op.body = nullptr;
   op.work->complete(error);
   op = Op{};
   lock.lock();
