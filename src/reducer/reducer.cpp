@@ -99,27 +99,59 @@ void Reducer::initialize_buckets(const std::vector<std::vector<size_t>>& assignm
   for (const auto& indices : assignment) {
     Bucket bucket;
     bucket.parameters = indices;
-    int64_t total = 0;
-    for (size_t index : indices) total += parameters_[index].numel();
-    bucket.buffer = at::zeros({total}, parameters_[indices[0]].options());
-    int64_t offset = 0;
     for (size_t position = 0; position < indices.size(); ++position) {
-      const at::Tensor& parameter = parameters_[indices[position]];
-      // A plain alias of the buffer's storage rather than an autograd view: libtorch's
-      // Optimizer::zero_grad calls detach_() on each .grad, which views do not allow.
-      at::Tensor view = at::empty({0}, parameter.options());
-      view.set_(bucket.buffer.storage(), offset, parameter.sizes(),
-                strides_of_contiguous(parameter.sizes()));
-      bucket.views.push_back(view);
-      offset += parameter.numel();
       slots_[indices[position]] = {buckets_.size(), position};
-      if (options_.gradient_as_bucket_view && parameter.grad().defined()) {
-        bucket.views.back().copy_(parameter.grad());
-        parameters_[indices[position]].mutable_grad() = bucket.views.back();
+    }
+    if (options_.gradient_as_bucket_view) {
+      allocate(bucket);
+      for (size_t position = 0; position < indices.size(); ++position) {
+        at::Tensor& grad = parameters_[indices[position]].mutable_grad();
+        if (!grad.defined()) continue;
+        bucket.views[position].copy_(grad);
+        grad = bucket.views[position];
       }
     }
     buckets_.push_back(std::move(bucket));
   }
+}
+
+void Reducer::allocate(Bucket& bucket) {
+  at::NoGradGuard no_grad;
+  int64_t total = 0;
+  for (size_t index : bucket.parameters) total += parameters_[index].numel();
+  bucket.buffer = at::zeros({total}, parameters_[bucket.parameters[0]].options());
+  bucket.views.clear();
+  int64_t offset = 0;
+  for (size_t index : bucket.parameters) {
+    const at::Tensor& parameter = parameters_[index];
+    // A plain alias of the buffer's storage rather than an autograd view: libtorch's
+    // Optimizer::zero_grad calls detach_() on each .grad, which views do not allow.
+    at::Tensor view = at::empty({0}, parameter.options());
+    view.set_(bucket.buffer.storage(), offset, parameter.sizes(),
+              strides_of_contiguous(parameter.sizes()));
+    bucket.views.push_back(view);
+    offset += parameter.numel();
+  }
+}
+
+void Reducer::release_unused_buffers() {
+  for (auto& bucket : buckets_) {
+    if (!bucket.buffer.defined() || !reduces_in_place(bucket)) continue;
+    const bool unused = std::none_of(bucket.routes.begin(), bucket.routes.end(),
+                                     [](Route route) { return route == Route::kBucket; });
+    if (unused) {
+      bucket.buffer = at::Tensor();
+      bucket.views.clear();
+    }
+  }
+}
+
+size_t Reducer::bucket_bytes() const {
+  size_t bytes = 0;
+  for (const auto& bucket : buckets_) {
+    if (bucket.buffer.defined()) bytes += bucket.buffer.nbytes();
+  }
+  return bytes;
 }
 
 void Reducer::rebuild_buckets() {
@@ -301,15 +333,17 @@ void Reducer::mark_ready(size_t index, bool got_gradient) {
 }
 
 bool Reducer::reduces_in_place(const Bucket& bucket) const {
-  const auto dtype = bucket.buffer.scalar_type();
-  return group_reduces_in_place_ && !comm_hook_ && bucket.buffer.device().is_cpu() &&
+  const at::Tensor& parameter = parameters_[bucket.parameters[0]];  // all of one dtype and device
+  const auto dtype = parameter.scalar_type();
+  return group_reduces_in_place_ && !comm_hook_ && parameter.device().is_cpu() &&
          (dtype == at::kFloat || dtype == at::kDouble);
 }
 
-Reducer::Route Reducer::route_of(size_t index, const at::Tensor& grad,
-                                 const at::Tensor& view) const {
+Reducer::Route Reducer::route_of(size_t index, const at::Tensor& grad) const {
+  const at::Tensor& parameter = parameters_[index];
   const bool dense = grad.is_contiguous() && grad.layout() == at::kStrided &&
-                     grad.scalar_type() == view.scalar_type() && grad.device() == view.device();
+                     grad.scalar_type() == parameter.scalar_type() &&
+                     grad.device() == parameter.device();
   if (!dense) return Route::kBucket;
   const at::Tensor& before = grads_before_[index];
   const bool same = before.defined() && before.unsafeGetTensorImpl() == grad.unsafeGetTensorImpl();
@@ -329,7 +363,6 @@ void Reducer::stage_gradient(size_t index, bool got_gradient) {
   at::Tensor& grad = parameters_[index].mutable_grad();
   Bucket& bucket = buckets_[slots_[index].bucket];
   const size_t position = slots_[index].position;
-  at::Tensor& view = bucket.views[position];
   // The backend multiplies while it reduces lists; otherwise multiplying while copying saves a
   // pass over the bucket. A comm hook averages itself.
   const bool in_place = reduces_in_place(bucket);
@@ -337,12 +370,14 @@ void Reducer::stage_gradient(size_t index, bool got_gradient) {
   // Not for a parameter this rank did not use: its .grad must stay untouched if no rank used it.
   const Route route =
       in_place && got_gradient && grad.defined() && !options_.gradient_as_bucket_view
-          ? route_of(index, grad, view)
+          ? route_of(index, grad)
           : Route::kBucket;
+  if (route == Route::kBucket && !bucket.buffer.defined()) allocate(bucket);
+  at::Tensor* view = route == Route::kBucket ? &bucket.views[position] : nullptr;
   if (!grad.defined()) {
-    view.zero_();
-  } else if (options_.gradient_as_bucket_view && grad.is_alias_of(view)) {
-    if (multiply) view.mul_(average_factor_);
+    view->zero_();
+  } else if (options_.gradient_as_bucket_view && grad.is_alias_of(*view)) {
+    if (multiply) view->mul_(average_factor_);
   } else if (route != Route::kBucket) {
     // Read where autograd left it: no copy in (and, for kInGrad, none back).
     bucket.routes[position] = route;
@@ -350,11 +385,11 @@ void Reducer::stage_gradient(size_t index, bool got_gradient) {
     if (route == Route::kReadGrad) prepare_average_of(index, grad);
   } else {
     if (multiply) {
-      at::mul_out(view, grad, average_factor_);
+      at::mul_out(*view, grad, average_factor_);
     } else {
-      view.copy_(grad);
+      view->copy_(grad);
     }
-    if (options_.gradient_as_bucket_view) grad = view;
+    if (options_.gradient_as_bucket_view) grad = *view;
   }
 }
 
@@ -390,11 +425,14 @@ void Reducer::launch_ready_buckets() {
       std::vector<at::Tensor> inputs, outputs;
       for (size_t position = 0; position < bucket.parameters.size(); ++position) {
         const Route route = bucket.routes[position];
-        const at::Tensor& view = bucket.views[position];
-        inputs.push_back(route == Route::kBucket ? view : bucket.grads[position]);
-        outputs.push_back(route == Route::kInGrad     ? bucket.grads[position]
-                          : route == Route::kReadGrad ? averaged_[bucket.parameters[position]]
-                                                      : view);
+        if (route == Route::kBucket) {
+          inputs.push_back(bucket.views[position]);
+          outputs.push_back(bucket.views[position]);
+        } else {
+          inputs.push_back(bucket.grads[position]);
+          outputs.push_back(route == Route::kInGrad ? bucket.grads[position]
+                                                    : averaged_[bucket.parameters[position]]);
+        }
       }
       bucket.work = premul_sum_async(std::move(inputs), std::move(outputs), average_, group_);
     } else if (comm_hook_) {
@@ -432,11 +470,13 @@ void Reducer::finalize_backward() {
       torch::autograd::impl::bump_version(parameters_[i].grad());
       continue;
     }
-    const at::Tensor& view = bucket.views[slots_[i].position];
-    at::Tensor& grad = parameters_[i].mutable_grad();
     if (bucket.routes[slots_[i].position] == Route::kReadGrad) {
       hand_average_to_grad(i, bucket.grads[slots_[i].position]);
-    } else if (options_.gradient_as_bucket_view) {
+      continue;
+    }
+    const at::Tensor& view = bucket.views[slots_[i].position];
+    at::Tensor& grad = parameters_[i].mutable_grad();
+    if (options_.gradient_as_bucket_view) {
       if (!grad.defined() || !grad.is_alias_of(view)) grad = view;
     } else if (grad.defined()) {
       grad.copy_(view);
@@ -446,6 +486,7 @@ void Reducer::finalize_backward() {
   }
   if (options_.find_unused_parameters) local_used_.zero_();
   for (auto& bucket : buckets_) bucket.grads.assign(bucket.grads.size(), at::Tensor());
+  release_unused_buffers();
   grads_before_.assign(parameters_.size(), at::Tensor());
   finalized_ = true;
   armed_ = false;

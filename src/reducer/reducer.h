@@ -13,7 +13,8 @@
 // for a .grad that existed before backward and shares its memory with nothing; a .grad made by
 // this backward is replaced by a tensor of the reducer's that holds its average. The others (no
 // gradient on this rank, non-contiguous, another dtype, gradient_as_bucket_view) go through their
-// bucket view as before; the buckets stay allocated for them. A kInGrad .grad is written by the
+// bucket view as before; a bucket's buffer is allocated only while some gradient goes through
+// it (after a backward in which none did, it is freed). A kInGrad .grad is written by the
 // op queue's thread while backward goes on (as gradient_as_bucket_view's bucket is); it holds its
 // average once backward returns, like every other.
 // After the first iteration the buckets are rebuilt once, in the order gradients actually became
@@ -73,12 +74,14 @@ class Reducer {
   };
   /// For tests: each parameter's route in the last backward, by parameter index.
   std::vector<Route> routes() const;
+  /// For tests: the bytes of the buckets' buffers now allocated.
+  size_t bucket_bytes() const;
 
  private:
   struct Bucket {
     std::vector<size_t> parameters;  // indices into parameters_
-    at::Tensor buffer;               // flat gradients
-    std::vector<at::Tensor> views;   // one per parameter, shaped like it, into buffer
+    at::Tensor buffer;               // flat gradients; undefined until a gradient goes through it
+    std::vector<at::Tensor> views;   // one per parameter, shaped like it, into buffer (or none)
     std::vector<Route> routes;       // this iteration's, by position
     std::vector<at::Tensor> grads;   // the .grad seen by the hook, for kReadGrad and kInGrad
     size_t pending = 0;
@@ -91,6 +94,10 @@ class Reducer {
 
   void install_hooks();
   void initialize_buckets(const std::vector<std::vector<size_t>>& assignment);
+  // Gives the bucket its flat buffer and views (zeros), when a gradient first needs them.
+  void allocate(Bucket& bucket);
+  // After backward: frees the buffers that no gradient of this iteration went through.
+  void release_unused_buffers();
   void rebuild_buckets();
   void reset_iteration();
   std::vector<size_t> find_unused(const std::vector<at::Tensor>& outputs) const;
@@ -98,7 +105,7 @@ class Reducer {
   // got_gradient: false for a parameter marked ready because the outputs do not reach it.
   void mark_ready(size_t index, bool got_gradient);
   bool reduces_in_place(const Bucket& bucket) const;
-  Route route_of(size_t index, const at::Tensor& grad, const at::Tensor& view) const;
+  Route route_of(size_t index, const at::Tensor& grad) const;
   // Copies (or, in place, leaves) the gradient where the bucket's reduction will find it.
   void stage_gradient(size_t index, bool got_gradient);
   // kReadGrad: makes averaged_[index] ready to take the average of grad.

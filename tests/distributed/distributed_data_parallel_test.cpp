@@ -309,6 +309,7 @@ TEST(DistributedDataParallel, AGradMadeByBackwardIsReplacedByItsAverageReusedOnc
       loss.backward();
     };
     step(1);
+    EXPECT_EQ(reducer.bucket_bytes(), 0u);  // no gradient went through the bucket: freed
     std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> firsts;
     for (const auto& p : parameters) firsts.emplace_back(p.grad().getIntrusivePtr());
     step(2);
@@ -333,6 +334,15 @@ TEST(DistributedDataParallel, AGradMadeByBackwardIsReplacedByItsAverageReusedOnc
     step(8);
     EXPECT_EQ(taken.unsafeGetTensorImpl(), linear->bias.grad().unsafeGetTensorImpl());
     EXPECT_TRUE(torch::equal(taken, torch::full({4}, 12.0))) << taken;
+    // A transposed .grad goes through the bucket, which comes back for it (weight and bias).
+    linear->weight.mutable_grad() = torch::zeros({3, 4}).t();
+    linear->bias.mutable_grad().reset();
+    reducer.prepare_for_forward();
+    auto loss = linear->forward(torch::ones({1, 3})).sum() * (rank + 1.0);
+    reducer.prepare_for_backward({loss});
+    loss.backward();
+    EXPECT_EQ(reducer.bucket_bytes(), (12u + 4u) * sizeof(float));
+    EXPECT_TRUE(torch::equal(linear->weight.grad(), torch::full({4, 3}, 1.5)));
     ddp::destroy_process_group();
   });
 }
