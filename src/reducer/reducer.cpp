@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/ScalarOps.h>
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
@@ -13,22 +12,10 @@
 #include "common/error_context.h"
 #include "process_group/waits_at_once.h"
 #include "reducer/bucket_assignment.h"
+#include "reducer/call_after_accumulation.h"
 
 namespace ddp::detail {
 namespace {
-
-class GradReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit GradReadyHook(std::function<void()> on_ready) : on_ready_(std::move(on_ready)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    on_ready_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> on_ready_;
-};
 
 std::vector<int64_t> strides_of_contiguous(at::IntArrayRef sizes) {
   std::vector<int64_t> strides(sizes.size());
@@ -87,7 +74,7 @@ void Reducer::install_hooks() {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
     hook_keys_.push_back(accumulator->add_post_hook(
-        std::make_unique<GradReadyHook>([this, i] { autograd_hook(i); })));
+        std::make_unique<CallAfterAccumulation>([this, i] { autograd_hook(i); })));
     grad_accumulators_.push_back(std::move(accumulator));
   }
 }

@@ -4,11 +4,11 @@
 #include <torch/torch.h>
 
 #include <atomic>
-#include <functional>
 #include <mutex>
 #include <thread>
 
 #include "ddp/ddp.h"
+#include "reducer/call_after_accumulation.h"
 #include "reducer/reducer.h"
 #include "support/multiprocess.h"
 
@@ -33,20 +33,6 @@ torch::nn::Sequential make_cnn() {
       torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3)), torch::nn::ReLU(), torch::nn::Flatten(),
       torch::nn::Linear(8 * 6 * 6, 5));
 }
-
-// A post hook on a gradient accumulator, as a user may add one.
-class CallAfterAccumulation : public torch::autograd::FunctionPostHook {
- public:
-  explicit CallAfterAccumulation(std::function<void()> call) : call_(std::move(call)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    call_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> call_;
-};
 
 // The whole batch of one step: world * kBatchPerRank samples, the same on every rank.
 std::pair<torch::Tensor, torch::Tensor> global_batch(bool images, int world, int step) {
@@ -330,7 +316,7 @@ TEST(DistributedDataParallel, AGradMadeByBackwardIsReplacedByItsAverageReusedOnc
     torch::Tensor taken;
     auto accumulator = torch::autograd::impl::grad_accumulator(linear->bias);
     accumulator->add_post_hook(
-        std::make_unique<CallAfterAccumulation>([&] { taken = linear->bias.grad(); }));
+        std::make_unique<ddp::detail::CallAfterAccumulation>([&] { taken = linear->bias.grad(); }));
     step(8);
     EXPECT_EQ(taken.unsafeGetTensorImpl(), linear->bias.grad().unsafeGetTensorImpl());
     EXPECT_TRUE(torch::equal(taken, torch::full({4}, 12.0))) << taken;
