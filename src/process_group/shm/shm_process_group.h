@@ -74,7 +74,8 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   /// Only where reduces_lists_in_place: outputs[i] = sum over ranks of inputs[i] * factor (each
   /// product rounded, summed in rank order), the lists reduced as one run of elements. The inputs
   /// are only read, and only while the op runs; outputs[i] may be inputs[i]. Not c10d's interface:
-  /// DDP's reducer reads gradients that autograd may still read too, and writes the bucket.
+  /// DDP's reducer reads gradients that autograd may still read too, and writes their averages
+  /// elsewhere (into the bucket or a tensor of its own).
   c10::intrusive_ptr<c10d::Work> premul_sum_into(std::vector<at::Tensor> inputs,
                                                  std::vector<at::Tensor> outputs, double factor);
 
