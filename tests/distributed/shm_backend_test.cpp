@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -399,6 +400,49 @@ TEST(ShmBackendFailure, RankKilledMidCollectiveFailsTheOthersQuickly) {
   EXPECT_EQ(outcomes[1].signal, SIGKILL) << outcomes[1].describe();
   EXPECT_EQ(outcomes[2].exit_code, 0) << outcomes[2].describe();
   EXPECT_TRUE(segments_of(job).empty());
+}
+
+// A rank killed on one host fails the ranks of every other host at once, with its rank named:
+// the failed host's leader closes its connections to the other leaders, and they break their own
+// hosts' groups in turn. Without that, a host waiting in gloo for the failed one would only hear
+// of it once that leader's process exited, or at the timeout.
+TEST(ShmBackendFailure, ARankKilledOnOneHostFailsEveryHostAtOnce) {
+  // Rank 3 dies on host "b", whose leader is rank 2, then rank 1. The others are one host of two
+  // ranks, then two hosts of one rank each, which learn of it from host b or from each other.
+  const std::vector<std::vector<std::string>> layouts = {{"a", "a", "b", "b"},
+                                                         {"a", "b", "c", "b"}};
+  for (const auto& hosts : layouts) {
+    const std::string job = job_id("hostkill");
+    const std::string meeting = ddp::testing::fresh_path("survivors");
+    Launch launch;
+    launch.world_size = 4;
+    auto outcomes = run_ranks(launch, [&hosts, job, meeting](int rank) {
+      ::setenv("DDP_CPP_HOST_ID", hosts[rank].c_str(), 1);
+      ::setenv("TORCHELASTIC_RUN_ID", job.c_str(), 1);
+      ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(std::chrono::seconds(60)));
+      auto big = torch::ones({1 << 22});  // 16 MiB: many rounds, so the kill lands inside one
+      if (rank == 3) {
+        auto work = ddp::all_reduce_async(big);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let it get going (not a sync)
+        ::raise(SIGKILL);
+      }
+      std::string error = error_of([&] {
+        for (int i = 0; i < 20; ++i) ddp::all_reduce(big);
+      });
+      EXPECT_NE(error.find("rank 3"), std::string::npos) << error;
+      // The survivors stay alive until all three have raised: none of them can have learnt of
+      // the failure from a peer's exit.
+      c10d::FileStore survivors(meeting, 3);
+      if (survivors.add("raised", 1) == 3) survivors.set("all raised", std::vector<uint8_t>{1});
+      EXPECT_NO_THROW(survivors.wait({"all raised"}, std::chrono::seconds(20)))
+          << "rank " << rank << " raised, but some other rank did not within 20 s";
+    });
+    for (int rank : {0, 1, 2}) {
+      EXPECT_EQ(outcomes[rank].exit_code, 0) << outcomes[rank].describe();
+    }
+    EXPECT_EQ(outcomes[3].signal, SIGKILL) << outcomes[3].describe();
+    EXPECT_TRUE(segments_of(job).empty());
+  }
 }
 
 TEST(ShmBackendFailure, SlowPeerTimesOutAndMismatchedCallsAreNamed) {

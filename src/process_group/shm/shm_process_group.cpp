@@ -11,6 +11,9 @@
 namespace ddp::detail {
 namespace {
 
+// In the leaders' store: why the first host to fail did (see run_across_hosts).
+const char* const kHostFailureKey = "host_failure";
+
 // Shared memory takes dense CPU tensors; anything else (a CUDA tensor on a CUDA build) goes to
 // gloo, which knows what to do with it.
 bool fits_shm(const at::Tensor& tensor) {
@@ -37,8 +40,8 @@ ShmProcessGroup::ShmProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, i
   gloo_ = std::move(options.gloo);
   if (topology_.hosts() > 1 && topology_.leader(host_) == rank) {
     int leader_index = host_;  // hosts are numbered in the order of their leaders
-    leaders_ = options.make_gloo(c10::make_intrusive<c10d::PrefixStore>("shm_leaders", store),
-                                 leader_index, topology_.hosts());
+    leaders_store_ = c10::make_intrusive<c10d::PrefixStore>("shm_leaders", store);
+    leaders_ = options.make_gloo(leaders_store_, leader_index, topology_.hosts());
   }
   const auto& members = topology_.members[host_];
   if (members.size() > 1) {
@@ -65,41 +68,91 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::enqueue(c10d::OpType type,
 }
 
 void ShmProcessGroup::all_reduce_now(at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
-  if (local_) local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(), op);
-  if (topology_.hosts() > 1) {
+  if (topology_.hosts() == 1) {
+    if (local_) local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(), op);
+    return;
+  }
+  run_across_hosts("all_reduce", [&] {
+    if (local_) local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(), op);
     if (leaders_) {
       std::vector<at::Tensor> tensors{tensor};
       c10d::AllreduceOptions options;
       options.reduceOp = op;
-      try {
-        leaders_->allreduce(tensors, options)->wait();
-      } catch (const std::exception& error) {
-        if (local_) local_->abort(std::string("all_reduce between hosts: ") + error.what());
-        throw;
-      }
+      wait_for_leaders("all_reduce", leaders_->allreduce(tensors, options));
     }
     if (local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0);
-  }
+  });
 }
 
 void ShmProcessGroup::broadcast_now(at::Tensor& tensor, int root) {
   const int root_host = topology_.host_of[root];
-  if (host_ == root_host && local_) {
-    local_->broadcast(tensor.data_ptr(), tensor.nbytes(), topology_.local_rank(root));
-  }
-  if (topology_.hosts() == 1) return;
-  if (leaders_) {
-    std::vector<at::Tensor> tensors{tensor};
-    c10d::BroadcastOptions options;
-    options.rootRank = root_host;  // leader index == host index
-    try {
-      leaders_->broadcast(tensors, options)->wait();
-    } catch (const std::exception& error) {
-      if (local_) local_->abort(std::string("broadcast between hosts: ") + error.what());
-      throw;
+  auto within_root_host = [&] {
+    if (host_ == root_host && local_) {
+      local_->broadcast(tensor.data_ptr(), tensor.nbytes(), topology_.local_rank(root));
     }
+  };
+  if (topology_.hosts() == 1) return within_root_host();
+  run_across_hosts("broadcast", [&] {
+    within_root_host();
+    if (leaders_) {
+      std::vector<at::Tensor> tensors{tensor};
+      c10d::BroadcastOptions options;
+      options.rootRank = root_host;  // leader index == host index
+      wait_for_leaders("broadcast", leaders_->broadcast(tensors, options));
+    }
+    if (host_ != root_host && local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0);
+  });
+}
+
+template <typename Body>
+void ShmProcessGroup::run_across_hosts(const char* operation, Body&& body) {
+  if (!broken_.empty()) {
+    fail(operation, "this group is broken since an earlier collective failed (" + broken_ +
+                        "); destroy it and make a new one");
   }
-  if (host_ != root_host && local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0);
+  try {
+    body();
+  } catch (const std::exception& error) {
+    // The group is broken for good: this host's ranks must not wait for this one, and the other
+    // hosts must not wait for this host. A leader closes its connections to the other leaders by
+    // destroying its gloo group of them: their gloo call fails at once (instead of when this
+    // process exits, or at the timeout), and each of them breaks its own host's group in turn.
+    broken_ = error.what();
+    if (local_) local_->abort(std::string(operation) + " across hosts: " + error.what());
+    if (leaders_) {
+      try {
+        const std::string reason = error.what();  // names this rank, and the cause
+        // The first cause stays: a leader that fails only because another host failed does not
+        // overwrite it.
+        leaders_store_->compareSet(kHostFailureKey, {},
+                                   std::vector<uint8_t>(reason.begin(), reason.end()));
+      } catch (const std::exception&) {
+        // The store is gone too: the closed connections alone tell the other leaders.
+      }
+      leaders_.reset();
+    }
+    throw;
+  }
+}
+
+void ShmProcessGroup::wait_for_leaders(const char* operation,
+                                       const c10::intrusive_ptr<c10d::Work>& work) {
+  try {
+    work->wait();
+  } catch (const std::exception& error) {
+    // Most likely another host's leader closed its connections after a failure on its host:
+    // name that failure rather than only the closed connection.
+    std::string cause;
+    try {
+      if (leaders_store_->check({kHostFailureKey})) {
+        std::vector<uint8_t> why = leaders_store_->get(kHostFailureKey);
+        cause.assign(why.begin(), why.end());
+      }
+    } catch (const std::exception&) {
+    }
+    if (cause.empty()) rethrow_backend_failure(std::string(operation) + " between hosts", error);
+    fail(operation, "another host failed, so this one stops too: " + cause);
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce(std::vector<at::Tensor>& tensors,

@@ -7,7 +7,8 @@
 // host; the other collectives of a multi-host group, and every collective shared memory does not
 // implement (reduce, gather, scatter, send/recv, all_to_all, the base variants,
 // allgather_coalesced), go to a flat gloo group of all members, transparently. Nothing above
-// this class knows which transport carried a call.
+// this class knows which transport carried a call. A hierarchical collective that fails on one
+// host fails on every host at once: that host's leader closes its connections to the others.
 //
 // Thread-safety: as c10d's process groups: collectives may be issued from several threads; they
 // run in issue order, one at a time, on the group's op queue (op_queue.h).
@@ -123,11 +124,18 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   // Run on the op queue.
   void all_reduce_now(at::Tensor& tensor, c10d::ReduceOp::RedOpType op);
   void broadcast_now(at::Tensor& tensor, int root);
+  // A collective of several hosts: the first failure breaks the group on every host at once.
+  template <typename Body>
+  void run_across_hosts(const char* operation, Body&& body);
+  // Waits for a collective of the leaders; names another host's failure where that caused it.
+  void wait_for_leaders(const char* operation, const c10::intrusive_ptr<c10d::Work>& work);
 
   HostTopology topology_;
   int host_ = 0;
   c10::intrusive_ptr<c10d::ProcessGroup> gloo_;     // every member
   c10::intrusive_ptr<c10d::ProcessGroup> leaders_;  // host leaders, when several hosts
+  c10::intrusive_ptr<c10d::Store> leaders_store_;   // theirs, for the first failure's cause
+  std::string broken_;  // why a collective across hosts failed; then every later one fails
   std::unique_ptr<ShmCommunicator> local_;          // this host's members, when two or more
   std::shared_ptr<OpQueue> queue_;
 };
