@@ -430,6 +430,8 @@ TEST(ShmBackendFailure, ARankKilledOnOneHostFailsEveryHostAtOnce) {
         for (int i = 0; i < 20; ++i) ddp::all_reduce(big);
       });
       EXPECT_NE(error.find("rank 3"), std::string::npos) << error;
+      // Named as the user's call, also where it failed in one of its phases (a broadcast).
+      EXPECT_EQ(error.rfind("[rank " + std::to_string(rank) + "] ddp::all_reduce", 0), 0u) << error;
       // The survivors stay alive until all three have raised: none of them can have learnt of
       // the failure from a peer's exit.
       c10d::FileStore survivors(meeting, 3);

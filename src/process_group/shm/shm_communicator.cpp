@@ -180,15 +180,14 @@ void ShmCommunicator::run_guarded(const char* operation, Body&& body) {
 }
 
 void ShmCommunicator::all_reduce(void* data, size_t count, c10::ScalarType dtype,
-                                 c10d::ReduceOp::RedOpType op) {
+                                 c10d::ReduceOp::RedOpType op, const char* operation) {
   const ScatteredBytes tensor(data, count * c10::elementSize(dtype));
-  all_reduce(tensor, tensor, dtype, op);
+  all_reduce(tensor, tensor, dtype, op, 1.0, operation);
 }
 
 void ShmCommunicator::all_reduce(const ScatteredBytes& input, const ScatteredBytes& output,
                                  c10::ScalarType dtype, c10d::ReduceOp::RedOpType op,
-                                 double factor) {
-  const char* operation = "all_reduce";
+                                 double factor, const char* operation) {
   const size_t element = c10::elementSize(dtype);
   const size_t count = input.size() / element;
   const int n = local_size();
@@ -299,8 +298,7 @@ void ShmCommunicator::reduce_scatter(void* output, const std::vector<const void*
   });
 }
 
-void ShmCommunicator::broadcast(void* data, size_t bytes, int root) {
-  const char* operation = "broadcast";
+void ShmCommunicator::broadcast(void* data, size_t bytes, int root, const char* operation) {
   const int me = local_rank();
   run_guarded(operation, [&] {
     start_call(operation, kBroadcast, static_cast<uint64_t>(root), bytes);

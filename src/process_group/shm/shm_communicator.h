@@ -58,18 +58,23 @@ class ShmCommunicator {
   int local_rank() const { return sync_.local_rank(); }
   int local_size() const { return sync_.local_size(); }
 
+  // `operation`, where a function takes one, is what error messages call the collective: the
+  // user's, when this one is a phase of it (a hierarchical all_reduce's broadcast).
+
   /// In place: data holds `count` elements; every rank ends with op over all ranks.
-  void all_reduce(void* data, size_t count, c10::ScalarType dtype, c10d::ReduceOp::RedOpType op);
+  void all_reduce(void* data, size_t count, c10::ScalarType dtype, c10d::ReduceOp::RedOpType op,
+                  const char* operation = "all_reduce");
   /// The same over several tensors' memory seen as one run of elements, from `input` into
   /// `output` (of the same size; the same object for in place); `factor` is PREMUL_SUM's
   /// (shm_reduce.h). `input` is only read, and only while this call runs.
   void all_reduce(const ScatteredBytes& input, const ScatteredBytes& output, c10::ScalarType dtype,
-                  c10d::ReduceOp::RedOpType op, double factor = 1.0);
+                  c10d::ReduceOp::RedOpType op, double factor = 1.0,
+                  const char* operation = "all_reduce");
   /// inputs[j] (count elements each) goes to local rank j, reduced over ranks, into `output`.
   void reduce_scatter(void* output, const std::vector<const void*>& inputs, size_t count,
                       c10::ScalarType dtype, c10d::ReduceOp::RedOpType op);
   /// `bytes` bytes from local rank `root` to every rank.
-  void broadcast(void* data, size_t bytes, int root);
+  void broadcast(void* data, size_t bytes, int root, const char* operation = "broadcast");
   /// Each rank's `bytes` bytes of input land in outputs[its local rank] on every rank.
   void all_gather(const void* input, size_t bytes, const std::vector<void*>& outputs);
   void barrier();

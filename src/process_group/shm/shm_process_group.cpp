@@ -67,20 +67,23 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::enqueue(c10d::OpType type,
   return queue_->submit(getRank(), type, std::move(body));
 }
 
-void ShmProcessGroup::all_reduce_now(at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
-  if (topology_.hosts() == 1) {
-    if (local_) local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(), op);
-    return;
-  }
-  run_across_hosts("all_reduce", [&] {
-    if (local_) local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(), op);
+void ShmProcessGroup::all_reduce_now(at::Tensor& tensor, c10d::ReduceOp::RedOpType op,
+                                     const char* operation) {
+  auto within_host = [&] {
+    if (local_) {
+      local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(), op, operation);
+    }
+  };
+  if (topology_.hosts() == 1) return within_host();
+  run_across_hosts(operation, [&] {
+    within_host();
     if (leaders_) {
       std::vector<at::Tensor> tensors{tensor};
       c10d::AllreduceOptions options;
       options.reduceOp = op;
-      wait_for_leaders("all_reduce", leaders_->allreduce(tensors, options));
+      wait_for_leaders(operation, leaders_->allreduce(tensors, options));
     }
-    if (local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0);
+    if (local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0, operation);
   });
 }
 
@@ -227,7 +230,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce_scatter(
     std::vector<at::Tensor> flat;
     for (const auto& source : sources) flat.push_back(source.reshape(-1));
     at::Tensor all = at::cat(flat);
-    all_reduce_now(all, op);
+    all_reduce_now(all, op, "reduce_scatter");
     output.copy_(all.narrow(0, getRank() * output.numel(), output.numel()).view(output.sizes()));
   });
 }

@@ -122,7 +122,8 @@ class ShmProcessGroup : public c10d::ProcessGroup {
                                                   std::vector<at::Tensor> outputs,
                                                   c10d::ReduceOp::RedOpType op, double factor);
   // Run on the op queue.
-  void all_reduce_now(at::Tensor& tensor, c10d::ReduceOp::RedOpType op);
+  void all_reduce_now(at::Tensor& tensor, c10d::ReduceOp::RedOpType op,
+                      const char* operation = "all_reduce");
   void broadcast_now(at::Tensor& tensor, int root);
   // A collective of several hosts: the first failure breaks the group on every host at once.
   template <typename Body>
