@@ -132,8 +132,9 @@ Args parse_args(int argc, char** argv) {
   if (a.no_ddp + a.lockstep + a.paired > 1)
     throw std::invalid_argument("--no-ddp, --lockstep and --paired exclude each other");
   if ((a.no_ddp || a.lockstep) && (a.comm_hook != "none" || a.gradient_as_bucket_view))
-    throw std::invalid_argument("--comm-hook and --gradient-as-bucket-view are DDP's: drop them, "
-                                "or --no-ddp / --lockstep");
+    throw std::invalid_argument(
+        "--comm-hook and --gradient-as-bucket-view are DDP's: drop them, "
+        "or --no-ddp / --lockstep");
   if ((a.lockstep || a.paired) && std::getenv("RANK") == nullptr)
     throw std::invalid_argument(std::string(a.lockstep ? "--lockstep" : "--paired") +
                                 " needs ranks: start it with ddprun --nproc-per-node 2 (or set "

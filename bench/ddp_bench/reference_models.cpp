@@ -11,10 +11,10 @@ namespace F = torch::nn::functional;
 class MLP : public BenchModel {
  public:
   MLP() {
-    net_ = register_module(
-        "net", torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 1024),
-                                     torch::nn::ReLU(), torch::nn::Linear(1024, 1024),
-                                     torch::nn::ReLU(), torch::nn::Linear(1024, 10)));
+    net_ = register_module("net",
+                           torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 1024),
+                                                 torch::nn::ReLU(), torch::nn::Linear(1024, 1024),
+                                                 torch::nn::ReLU(), torch::nn::Linear(1024, 10)));
   }
   torch::Tensor forward(torch::Tensor x) override { return net_->forward(x); }
 
@@ -41,8 +41,7 @@ class CNN : public BenchModel {
   torch::nn::Linear fc1_, fc2_;
 };
 
-torch::nn::Conv2d conv(int64_t cin, int64_t cout, int64_t kernel, int64_t stride,
-                       int64_t padding) {
+torch::nn::Conv2d conv(int64_t cin, int64_t cout, int64_t kernel, int64_t stride, int64_t padding) {
   return torch::nn::Conv2d(
       torch::nn::Conv2dOptions(cin, cout, kernel).stride(stride).padding(padding).bias(false));
 }
@@ -55,8 +54,8 @@ class BasicBlockImpl : public torch::nn::Module {
         c2_(register_module("c2", conv(cout, cout, 3, 1, 1))),
         b2_(register_module("b2", torch::nn::BatchNorm2d(cout))) {
     if (stride != 1 || cin != cout) {
-      short_ = register_module(
-          "short", torch::nn::Sequential(conv(cin, cout, 1, stride, 0), torch::nn::BatchNorm2d(cout)));
+      short_ = register_module("short", torch::nn::Sequential(conv(cin, cout, 1, stride, 0),
+                                                              torch::nn::BatchNorm2d(cout)));
     }
   }
 
@@ -93,7 +92,8 @@ class ResNet20 : public BenchModel {
 
   torch::Tensor forward(torch::Tensor x) override {
     x = layers_->forward(torch::relu(bn_->forward(stem_->forward(x))));
-    return fc_->forward(torch::flatten(F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)), 1));
+    return fc_->forward(
+        torch::flatten(F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)), 1));
   }
 
  private:
@@ -113,8 +113,9 @@ class ResNet20 : public BenchModel {
 class PreNormEncoderLayerImpl : public torch::nn::Module {
  public:
   PreNormEncoderLayerImpl(int64_t d, int64_t heads, int64_t ff)
-      : self_attn_(register_module("self_attn", torch::nn::MultiheadAttention(
-                                                     torch::nn::MultiheadAttentionOptions(d, heads)))),
+      : self_attn_(register_module(
+            "self_attn",
+            torch::nn::MultiheadAttention(torch::nn::MultiheadAttentionOptions(d, heads)))),
         linear1_(register_module("linear1", torch::nn::Linear(d, ff))),
         linear2_(register_module("linear2", torch::nn::Linear(ff, d))),
         norm1_(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
@@ -173,8 +174,7 @@ BuiltModel build(const std::string& name) {
   if (name == "cnn") return {std::make_shared<CNN>(), 64};
   if (name == "resnet") return {std::make_shared<ResNet20>(), 32};
   if (name == "transformer") return {std::make_shared<TinyGPT>(), 8};
-  throw std::invalid_argument("unknown model '" + name +
-                              "': use mlp, cnn, resnet or transformer");
+  throw std::invalid_argument("unknown model '" + name + "': use mlp, cnn, resnet or transformer");
 }
 
 std::pair<torch::Tensor, torch::Tensor> make_batch(const std::string& name, int64_t batch,

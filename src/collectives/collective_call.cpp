@@ -61,9 +61,9 @@ void CollectiveCall::check_same_shape(const at::Tensor& tensor, const at::Tensor
 namespace {
 
 // Collectives by number, for the fingerprint; the index is what travels.
-const char* const kOperations[] = {"?",          "all_reduce", "broadcast", "reduce",
-                                   "all_gather", "gather",     "scatter",   "barrier",
-                                   "reduce_scatter"};
+const char* const kOperations[] = {"?",       "all_reduce", "broadcast",
+                                   "reduce",  "all_gather", "gather",
+                                   "scatter", "barrier",    "reduce_scatter"};
 
 int64_t operation_number(const std::string& operation) {
   for (int64_t i = 1; i < static_cast<int64_t>(std::size(kOperations)); ++i) {

@@ -74,9 +74,8 @@ Work premul_sum_async(std::vector<at::Tensor> inputs, std::vector<at::Tensor> ou
   if (!shm || !shm->single_host()) {
     call.fail("premul_sum_async needs the shm backend on one host (see reduces_lists_in_place)");
   }
-  auto work = launch(call, [&] {
-    return shm->premul_sum_into(std::move(inputs), std::move(outputs), factor);
-  });
+  auto work = launch(
+      call, [&] { return shm->premul_sum_into(std::move(inputs), std::move(outputs), factor); });
   return make_work(call, work, nullptr);
 }
 
@@ -236,8 +235,8 @@ void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, Redu
       c10d::ReduceScatterOptions options;
       options.reduceOp = reduce.op;
       wait_now(call, launch(call, [&] {
-        return call.backend().reduce_scatter(outputs, sources, options);
-      }));
+                 return call.backend().reduce_scatter(outputs, sources, options);
+               }));
       if (reduce.divide_by_size) detail::divide_by(staged, size);
       CollectiveCall::unstage(out, staged);
       return;

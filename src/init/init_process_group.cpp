@@ -40,9 +40,10 @@ std::string normalize_backend(const std::string& requested) {
                  "backend 'nccl' is not available: this libtorch was built without CUDA, so "
                  "ddp-cpp compiles NCCL out. Use backend \"gloo\" (or \"auto\").");
   }
-  detail::fail("init_process_group", "unknown backend '" + requested +
-                                         "'; known backends: \"gloo\", \"shm\", \"auto\" (and \"nccl\" on "
-                                         "CUDA builds of libtorch)");
+  detail::fail("init_process_group",
+               "unknown backend '" + requested +
+                   "'; known backends: \"gloo\", \"shm\", \"auto\" (and \"nccl\" on "
+                   "CUDA builds of libtorch)");
 }
 
 bool is_loopback(const std::string& host) {
@@ -57,9 +58,10 @@ std::string environment_or(const char* name, const std::string& fallback) {
 // Creates the backend of `group` (a member) as group.backend_name says, on top of the group's
 // flat gloo backend (made first by the caller: its rendezvous names any rank that never arrives),
 // which the shm backend keeps for what shared memory does not carry.
-c10::intrusive_ptr<c10d::ProcessGroup> make_backend(
-    const BackendConfig& config, detail::GroupState& group,
-    c10::intrusive_ptr<c10d::ProcessGroup> gloo, const std::string& operation) {
+c10::intrusive_ptr<c10d::ProcessGroup> make_backend(const BackendConfig& config,
+                                                    detail::GroupState& group,
+                                                    c10::intrusive_ptr<c10d::ProcessGroup> gloo,
+                                                    const std::string& operation) {
   if (group.backend_name == "gloo") return gloo;
   std::vector<std::string> ids;
   for (int rank : group.global_ranks) ids.push_back(config.host_ids[rank]);
@@ -86,7 +88,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_backend(
 void learn_hosts(BackendConfig& config, c10d::Store& store, int rank, int world_size,
                  std::chrono::milliseconds timeout, const std::string& operation) {
   config.host_ids = detail::exchange_host_ids(store, rank, world_size,
-                                               detail::local_host_identity(), timeout, operation);
+                                              detail::local_host_identity(), timeout, operation);
   config.job = environment_or("TORCHELASTIC_RUN_ID", "job");
   config.attempt = std::atoi(environment_or("TORCHELASTIC_RESTART_COUNT", "0").c_str());
 }
@@ -188,8 +190,8 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend
   if (group_config.name != "gloo" && config.host_ids.empty()) {
     // The world was made with gloo: learn where the ranks are now (collective over the world,
     // like new_group itself).
-    learn_hosts(config, *detail::default_store(), world->global_rank, world->size(),
-                world->timeout, "new_group");
+    learn_hosts(config, *detail::default_store(), world->global_rank, world->size(), world->timeout,
+                "new_group");
     group_config.host_ids = config.host_ids;
     group_config.job = config.job;
     group_config.attempt = config.attempt;

@@ -32,8 +32,8 @@ dist.destroy_process_group()
 
 void cpp_rank(int rank) {
   // The fingerprint check is an exchange of ddp-cpp's own: PyTorch ranks do not make it.
-  ddp::init_process_group(
-      ddp::InitOptions().backend("gloo").verify_collectives(false).timeout(std::chrono::seconds(30)));
+  ddp::init_process_group(ddp::InitOptions().backend("gloo").verify_collectives(false).timeout(
+      std::chrono::seconds(30)));
   auto t = torch::full({4}, rank + 1.0);
   ddp::all_reduce(t);
   EXPECT_EQ(t[0].item<float>(), 3.0f);

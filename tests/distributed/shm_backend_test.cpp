@@ -6,12 +6,12 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 #include "collectives/unverified.h"
 #include "ddp/ddp.h"
@@ -27,7 +27,9 @@ namespace {
 const auto kTimeout = std::chrono::seconds(30);
 
 // A job id per test, so that the test can look for its own segments in /dev/shm.
-std::string job_id(const std::string& test) { return "shmtest-" + test + "-" + std::to_string(getpid()); }
+std::string job_id(const std::string& test) {
+  return "shmtest-" + test + "-" + std::to_string(getpid());
+}
 
 void init_shm(const std::string& job, const std::string& backend = "shm") {
   ::setenv("TORCHELASTIC_RUN_ID", job.c_str(), 1);
@@ -57,20 +59,35 @@ torch::Tensor input_of(int rank, int64_t numel, torch::ScalarType dtype, bool bi
 
 torch::Tensor expected_reduction(int world, int64_t numel, torch::ScalarType dtype,
                                  ddp::ReduceOp op) {
-  const bool bits = op == ddp::ReduceOp::BAND || op == ddp::ReduceOp::BOR ||
-                    op == ddp::ReduceOp::BXOR;
+  const bool bits =
+      op == ddp::ReduceOp::BAND || op == ddp::ReduceOp::BOR || op == ddp::ReduceOp::BXOR;
   auto acc = input_of(0, numel, torch::kLong, bits);
   for (int r = 1; r < world; ++r) {
     auto x = input_of(r, numel, torch::kLong, bits);
     switch (op) {
-      case ddp::ReduceOp::SUM: acc = acc + x; break;
-      case ddp::ReduceOp::PRODUCT: acc = acc * x; break;
-      case ddp::ReduceOp::MIN: acc = torch::minimum(acc, x); break;
-      case ddp::ReduceOp::MAX: acc = torch::maximum(acc, x); break;
-      case ddp::ReduceOp::BAND: acc = torch::bitwise_and(acc, x); break;
-      case ddp::ReduceOp::BOR: acc = torch::bitwise_or(acc, x); break;
-      case ddp::ReduceOp::BXOR: acc = torch::bitwise_xor(acc, x); break;
-      default: break;
+      case ddp::ReduceOp::SUM:
+        acc = acc + x;
+        break;
+      case ddp::ReduceOp::PRODUCT:
+        acc = acc * x;
+        break;
+      case ddp::ReduceOp::MIN:
+        acc = torch::minimum(acc, x);
+        break;
+      case ddp::ReduceOp::MAX:
+        acc = torch::maximum(acc, x);
+        break;
+      case ddp::ReduceOp::BAND:
+        acc = torch::bitwise_and(acc, x);
+        break;
+      case ddp::ReduceOp::BOR:
+        acc = torch::bitwise_or(acc, x);
+        break;
+      case ddp::ReduceOp::BXOR:
+        acc = torch::bitwise_xor(acc, x);
+        break;
+      default:
+        break;
     }
   }
   return acc.to(dtype);
@@ -81,26 +98,24 @@ torch::Tensor expected_reduction(int world, int64_t numel, torch::ScalarType dty
 const int64_t kCounts[] = {1, 7, 1000, 8192 + 3, (3 << 18) + 5};
 
 void expect_all_reduce_matches_definition(int world, int rank) {
-  const torch::ScalarType dtypes[] = {torch::kFloat, torch::kDouble, torch::kHalf,
-                                      torch::kBFloat16, torch::kInt, torch::kLong,
-                                      torch::kByte, torch::kChar};
+  const torch::ScalarType dtypes[] = {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16,
+                                      torch::kInt,   torch::kLong,   torch::kByte, torch::kChar};
   for (auto dtype : dtypes) {
     const bool integral = c10::isIntegralType(dtype, false);
-    std::vector<ddp::ReduceOp> ops{ddp::ReduceOp::SUM, ddp::ReduceOp::PRODUCT,
-                                   ddp::ReduceOp::MIN, ddp::ReduceOp::MAX};
+    std::vector<ddp::ReduceOp> ops{ddp::ReduceOp::SUM, ddp::ReduceOp::PRODUCT, ddp::ReduceOp::MIN,
+                                   ddp::ReduceOp::MAX};
     if (integral) {
       ops.insert(ops.end(), {ddp::ReduceOp::BAND, ddp::ReduceOp::BOR, ddp::ReduceOp::BXOR});
     }
     for (auto op : ops) {
       for (int64_t numel : kCounts) {
-        const bool bits = op == ddp::ReduceOp::BAND || op == ddp::ReduceOp::BOR ||
-                          op == ddp::ReduceOp::BXOR;
+        const bool bits =
+            op == ddp::ReduceOp::BAND || op == ddp::ReduceOp::BOR || op == ddp::ReduceOp::BXOR;
         auto t = input_of(rank, numel, dtype, bits);
         ddp::all_reduce(t, op);
         auto expected = expected_reduction(world, numel, dtype, op);
-        ASSERT_TRUE(torch::equal(t, expected))
-            << ddp::to_string(op) << " " << c10::toString(dtype) << " x" << numel << " world "
-            << world;
+        ASSERT_TRUE(torch::equal(t, expected)) << ddp::to_string(op) << " " << c10::toString(dtype)
+                                               << " x" << numel << " world " << world;
       }
     }
   }
@@ -137,20 +152,18 @@ TEST(ShmBackend, TensorListsReduceAsOneBufferWithPremultipliedSums) {
       for (int64_t numel : {int64_t(5), int64_t((3 << 18) + 5)}) {
         torch::manual_seed(rank);
         auto storage = torch::randn({2 * numel + 3}, dtype);
-        std::vector<torch::Tensor> tensors{torch::randn({numel, 1}, dtype),
-                                           storage.narrow(0, 0, numel),
-                                           storage.narrow(0, numel, numel + 3),
-                                           torch::randn({1}, dtype)};
+        std::vector<torch::Tensor> tensors{
+            torch::randn({numel, 1}, dtype), storage.narrow(0, 0, numel),
+            storage.narrow(0, numel, numel + 3), torch::randn({1}, dtype)};
         std::vector<torch::Tensor> flat;
         for (const auto& t : tensors) flat.push_back(t.reshape(-1));
         auto all = ddp::all_gather(torch::cat(flat));
         const double factor = 1.0 / 3;
         auto expected = all[0] * factor + all[1] * factor + all[2] * factor;
         auto bucket = torch::zeros({3 * numel + 4}, dtype);  // cut differently from the inputs
-        std::vector<torch::Tensor> outputs{bucket.narrow(0, 0, numel).view({numel, 1}),
-                                           bucket.narrow(0, numel, numel),
-                                           bucket.narrow(0, 2 * numel, numel + 3),
-                                           bucket.narrow(0, 3 * numel + 3, 1)};
+        std::vector<torch::Tensor> outputs{
+            bucket.narrow(0, 0, numel).view({numel, 1}), bucket.narrow(0, numel, numel),
+            bucket.narrow(0, 2 * numel, numel + 3), bucket.narrow(0, 3 * numel + 3, 1)};
         ddp::detail::premul_sum_async(tensors, outputs, factor, ddp::ProcessGroup()).wait();
         ASSERT_TRUE(torch::equal(bucket, expected)) << c10::toString(dtype) << " x" << numel;
         ASSERT_TRUE(torch::equal(torch::cat(flat), all[rank])) << "an input was written";
@@ -179,8 +192,8 @@ TEST(ShmBackend, BroadcastAllGatherReduceScatterAndBarrier) {
     init_shm(job_id("colls"));
     for (int64_t numel : kCounts) {
       for (int root = 0; root < world; ++root) {
-        auto t = rank == root ? torch::arange(numel, torch::kFloat) + root
-                              : torch::full({numel}, -1.0f);
+        auto t =
+            rank == root ? torch::arange(numel, torch::kFloat) + root : torch::full({numel}, -1.0f);
         ddp::broadcast(t, root);
         ASSERT_TRUE(torch::equal(t, torch::arange(numel, torch::kFloat) + root)) << numel;
       }
@@ -197,7 +210,8 @@ TEST(ShmBackend, BroadcastAllGatherReduceScatterAndBarrier) {
       auto out = torch::empty({numel}, torch::kDouble);
       ddp::reduce_scatter(out, inputs, ddp::ReduceOp::SUM);
       // sum over ranks r of (i + 10 * me + r) = world * (i + 10 * me) + 0 + 1 + 2
-      ASSERT_TRUE(torch::equal(out, world * (torch::arange(numel, torch::kDouble) + 10 * rank) + 3));
+      ASSERT_TRUE(
+          torch::equal(out, world * (torch::arange(numel, torch::kDouble) + 10 * rank) + 3));
       ddp::reduce_scatter(out, inputs, ddp::ReduceOp::AVG);
       ASSERT_TRUE(torch::equal(out, torch::arange(numel, torch::kDouble) + 10 * rank + 1));
       ddp::barrier();
@@ -253,14 +267,16 @@ TEST(ShmBackend, HierarchicalAcrossPosedHostsEqualsFlatGloo) {
           ASSERT_TRUE(torch::equal(ours, flat)) << ddp::to_string(op) << " x" << numel;
         }
         for (int root = 0; root < 4; ++root) {
-          auto ours = rank == root ? torch::arange(numel, torch::kLong) : torch::zeros({numel}, torch::kLong);
+          auto ours = rank == root ? torch::arange(numel, torch::kLong)
+                                   : torch::zeros({numel}, torch::kLong);
           ddp::broadcast(ours, root);
           ASSERT_TRUE(torch::equal(ours, torch::arange(numel, torch::kLong))) << "root " << root;
         }
         auto gathered = ddp::all_gather(torch::full({numel}, rank, torch::kInt));
         for (int r = 0; r < 4; ++r) ASSERT_EQ(gathered[r][numel - 1].item<int>(), r);
         std::vector<torch::Tensor> inputs;
-        for (int dst = 0; dst < 4; ++dst) inputs.push_back(torch::full({numel}, 10 * dst + rank, torch::kLong));
+        for (int dst = 0; dst < 4; ++dst)
+          inputs.push_back(torch::full({numel}, 10 * dst + rank, torch::kLong));
         auto out = torch::empty({numel}, torch::kLong);
         ddp::reduce_scatter(out, inputs, ddp::ReduceOp::SUM);
         ASSERT_EQ(out[0].item<int64_t>(), 40 * rank + 6);
@@ -452,10 +468,8 @@ TEST(ShmBackendFailure, SlowPeerTimesOutAndMismatchedCallsAreNamed) {
   launch.timeout = std::chrono::seconds(40);
   auto outcomes = run_ranks(launch, [](int rank) {
     ::setenv("TORCHELASTIC_RUN_ID", job_id("slow").c_str(), 1);
-    ddp::init_process_group(ddp::InitOptions()
-                                .backend("shm")
-                                .verify_collectives(false)
-                                .timeout(std::chrono::seconds(3)));
+    ddp::init_process_group(ddp::InitOptions().backend("shm").verify_collectives(false).timeout(
+        std::chrono::seconds(3)));
     // Mismatched sizes, with the library's fingerprint off: the transport itself notices.
     auto t = torch::ones({rank == 0 ? 10 : 20});
     std::string mismatch = error_of([&] { ddp::all_reduce(t); });
@@ -493,7 +507,7 @@ TEST(ShmBackendFailure, NoSegmentIsLeftAfterAnErrorExitOrAKill) {
     auto t = torch::ones({4});
     ddp::all_reduce(t);
     if (rank == 0) ::raise(SIGKILL);  // the segment's creator, without any cleanup
-    ::_exit(1);                        // an error exit, without destroy_process_group
+    ::_exit(1);                       // an error exit, without destroy_process_group
   });
   EXPECT_EQ(outcomes[0].signal, SIGKILL);
   EXPECT_EQ(outcomes[1].exit_code, 1);

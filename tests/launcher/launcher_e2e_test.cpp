@@ -74,7 +74,8 @@ TEST(LauncherEndToEnd, OmpNumThreadsAlreadySetIsPassedUnchanged) {
 
 TEST(LauncherEndToEnd, WorkersGetMallocTuningUnlessTheUserTunesMalloc) {
   const char* script = "echo \"GT=${GLIBC_TUNABLES-unset}\"";
-  if (ddprun::UserSettingsFrom(environ).malloc_tuning) GTEST_SKIP() << "this test's environment tunes malloc";
+  if (ddprun::UserSettingsFrom(environ).malloc_tuning)
+    GTEST_SKIP() << "this test's environment tunes malloc";
   LauncherRun plain = RunLauncher({"--nproc-per-node", "2", "sh", "-c", script});
   ExpectExitedWith(plain, 0);
   EXPECT_TRUE(Contains(plain.out, std::string("[1]: GT=") + ddprun::kWorkerGlibcTunables + "\n"))

@@ -1,7 +1,6 @@
 // End to end: how ddprun supervises workers: failures, restarts, signals, orphan prevention.
 #include <gtest/gtest.h>
 #include <signal.h>
-
 #include <unistd.h>
 
 #include <fstream>
@@ -174,9 +173,9 @@ TEST(Supervision, SegmentsOfAKilledWorkerAreRemovedFromDevShm) {
   // process's segment is left alone.
   const std::string other = "/dev/shm/ddp-cpp.ddprun-test.0.g0.h0.r0000cafe.p1";
   { std::ofstream(other.c_str()) << "x"; }
-  LauncherRun run = RunLauncher(
-      {"--nproc-per-node", "2", "--max-restarts", "0", "sh", "-c",
-       "f=/dev/shm/ddp-cpp.ddprun-test.0.g0.h$RANK.r0000cafe.p$$; echo x > $f; echo $f; kill -9 $$"});
+  LauncherRun run = RunLauncher({"--nproc-per-node", "2", "--max-restarts", "0", "sh", "-c",
+                                 "f=/dev/shm/ddp-cpp.ddprun-test.0.g0.h$RANK.r0000cafe.p$$; echo x "
+                                 "> $f; echo $f; kill -9 $$"});
   EXPECT_FALSE(run.timed_out);
   EXPECT_NE(run.exit_code, 0);
   std::regex made("/dev/shm/ddp-cpp[^ \n]*");

@@ -78,9 +78,9 @@ TEST(WorkerEnv, MallocTuningIsAddedUnlessTheUserTunesMalloc) {
   const char* plain[] = {"PATH=/bin", "MALLOCX=1", nullptr};
   EXPECT_FALSE(UserSettingsFrom(plain).malloc_tuning);
   EXPECT_FALSE(UserSettingsFrom(plain).omp_num_threads);
-  EXPECT_EQ(AsMap(WorkerVariables(LauncherOptions{}, 0, 0, 2, UserSettingsFrom(plain)))
-                ["GLIBC_TUNABLES"],
-            "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456");
+  EXPECT_EQ(
+      AsMap(WorkerVariables(LauncherOptions{}, 0, 0, 2, UserSettingsFrom(plain)))["GLIBC_TUNABLES"],
+      "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456");
   for (const char* mine : {"GLIBC_TUNABLES=glibc.malloc.arena_max=2", "MALLOC_ARENA_MAX=2",
                            "MALLOC_TRIM_THRESHOLD_=0"}) {
     const char* tuned[] = {"PATH=/bin", mine, "OMP_NUM_THREADS=3", nullptr};

@@ -1,13 +1,12 @@
 // The shared-memory backend's pieces that need no second rank: segment names and creation, the
 // host identity, the view of several tensors as one run of bytes.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <tuple>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "process_group/shm/host_topology.h"
 #include "process_group/shm/scattered_bytes.h"

@@ -58,8 +58,7 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
   for (int restart_count = 0;; ++restart_count) {
     std::vector<WorkerLaunch> launches;
     for (int local_rank = 0; local_rank < options.nproc_per_node; ++local_rank) {
-      EnvVars vars =
-          WorkerVariables(options, local_rank, restart_count, online_cores, user);
+      EnvVars vars = WorkerVariables(options, local_rank, restart_count, online_cores, user);
       launches.push_back(
           {GlobalRank(options, local_rank), local_rank, MergeEnvironment(environ, vars)});
     }

@@ -13,7 +13,8 @@ std::vector<std::string> RemoveSegmentsOfWorker(pid_t pid, const std::string& di
   if (dir == nullptr) return removed;
   while (dirent* entry = readdir(dir)) {
     const std::string name = entry->d_name;
-    if (name.size() > prefix.size() + suffix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+    if (name.size() > prefix.size() + suffix.size() &&
+        name.compare(0, prefix.size(), prefix) == 0 &&
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       if (unlink((directory + "/" + name).c_str()) == 0) removed.push_back(name);
     }

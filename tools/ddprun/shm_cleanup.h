@@ -15,6 +15,7 @@
 namespace ddprun {
 
 // Unlinks /dev/shm/ddp-cpp.*.p<pid> (under `directory`, for tests); returns the names removed.
-std::vector<std::string> RemoveSegmentsOfWorker(pid_t pid, const std::string& directory = "/dev/shm");
+std::vector<std::string> RemoveSegmentsOfWorker(pid_t pid,
+                                                const std::string& directory = "/dev/shm");
 
 }  // namespace ddprun

@@ -14,8 +14,8 @@
 namespace ddp::detail {
 
 struct HostTopology {
-  std::vector<int> host_of;                // group rank -> host index
-  std::vector<std::vector<int>> members;   // host index -> its group ranks, ascending
+  std::vector<int> host_of;               // group rank -> host index
+  std::vector<std::vector<int>> members;  // host index -> its group ranks, ascending
 
   int hosts() const { return static_cast<int>(members.size()); }
   int leader(int host) const { return members[host].front(); }

@@ -88,8 +88,9 @@ ShmCommunicator::ShmCommunicator(c10d::Store& store, const ShmGroupSetup& setup,
     try {
       name = store.get(name_key(setup.host_index));
     } catch (const std::exception& error) {
-      rethrow_backend_failure(operation + " (waiting for this host's first rank to create the "
-                                          "shared-memory segment)",
+      rethrow_backend_failure(operation +
+                                  " (waiting for this host's first rank to create the "
+                                  "shared-memory segment)",
                               error);
     }
     try {
@@ -147,8 +148,7 @@ void ShmCommunicator::end_round() {
   ++round_;
 }
 
-void ShmCommunicator::start_call(const char* operation, Kind kind, uint64_t dtype,
-                                 uint64_t count) {
+void ShmCommunicator::start_call(const char* operation, Kind kind, uint64_t dtype, uint64_t count) {
   sync_.throw_if_aborted(operation);
   deadline_ = Clock::now() + timeout_;
   ++call_;
@@ -186,8 +186,8 @@ void ShmCommunicator::all_reduce(void* data, size_t count, c10::ScalarType dtype
 }
 
 void ShmCommunicator::all_reduce(const ScatteredBytes& input, const ScatteredBytes& output,
-                                 c10::ScalarType dtype, c10d::ReduceOp::RedOpType op,
-                                 double factor, const char* operation) {
+                                 c10::ScalarType dtype, c10d::ReduceOp::RedOpType op, double factor,
+                                 const char* operation) {
   const size_t element = c10::elementSize(dtype);
   const size_t count = input.size() / element;
   const int n = local_size();
@@ -343,7 +343,7 @@ void ShmCommunicator::all_gather(const void* input, size_t bytes,
       check_calls_after_wait(operation);
       for (int k = 0; k < n; ++k) {
         std::memmove(static_cast<char*>(outputs[k]) + offset, k == me ? mine : slot(set, k),
-                    length);
+                     length);
       }
       end_round();
       offset += length;

@@ -32,11 +32,11 @@
 namespace ddp::detail {
 
 struct ShmGroupSetup {
-  std::string job;            // names the segment: run id of the job
-  int attempt = 0;            // restart count, from the launcher
-  std::string group;          // the group's name ("0", "1", ...)
-  int host_index = 0;         // which host of the group these ranks are on
-  int local_rank = 0;         // index among the group's ranks on this host
+  std::string job;                // names the segment: run id of the job
+  int attempt = 0;                // restart count, from the launcher
+  std::string group;              // the group's name ("0", "1", ...)
+  int host_index = 0;             // which host of the group these ranks are on
+  int local_rank = 0;             // index among the group's ranks on this host
   std::vector<int> global_ranks;  // the group's ranks on this host, for messages
   std::chrono::milliseconds timeout{0};
 };
@@ -107,7 +107,8 @@ class ShmCommunicator {
   uint64_t call_ = 0;
   bool call_checked_ = false;
   bool call_published_ = false;
-  uint64_t call_fields_[3] = {0, 0, 0};  // this call's {kind, dtype, count}, published by begin_round
+  uint64_t call_fields_[3] = {0, 0,
+                              0};  // this call's {kind, dtype, count}, published by begin_round
 };
 
 }  // namespace ddp::detail

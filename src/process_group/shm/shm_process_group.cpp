@@ -1,8 +1,7 @@
 #include "process_group/shm/shm_process_group.h"
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-
 #include <algorithm>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "common/error_context.h"
 #include "process_group/shm/op_queue.h"
@@ -164,9 +163,8 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce(std::vector<at::Tensor
   at::Tensor tensor = tensors[0];
   const auto op = opts.reduceOp.op_;
   check_reducible(tensor.scalar_type(), op, "all_reduce");
-  return enqueue(c10d::OpType::ALLREDUCE, [this, tensor, op]() mutable {
-    all_reduce_now(tensor, op);
-  });
+  return enqueue(c10d::OpType::ALLREDUCE,
+                 [this, tensor, op]() mutable { all_reduce_now(tensor, op); });
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
@@ -188,8 +186,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const bool shm = single_host() && local_ && inputs.size() == 1 && outputs.size() == 1 &&
-                   fits_shm(inputs[0]) &&
-                   static_cast<int>(outputs[0].size()) == getSize() &&
+                   fits_shm(inputs[0]) && static_cast<int>(outputs[0].size()) == getSize() &&
                    fits_shm(outputs[0], inputs[0]);
   if (!shm) return gloo_->allgather(outputs, inputs, opts);
   at::Tensor input = inputs[0];
@@ -207,8 +204,9 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce_scatter(
   if (outputs.size() != 1 || inputs.size() != 1 ||
       static_cast<int>(inputs[0].size()) != getSize() || !fits_shm(outputs[0]) ||
       !fits_shm(inputs[0], outputs[0])) {
-    fail("reduce_scatter", "the shm backend takes one dense CPU output and one input per group "
-                           "rank, all of the output's size and dtype");
+    fail("reduce_scatter",
+         "the shm backend takes one dense CPU output and one input per group "
+         "rank, all of the output's size and dtype");
   }
   at::Tensor output = outputs[0];
   std::vector<at::Tensor> sources = inputs[0];
@@ -222,8 +220,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce_scatter(
     if (single_host()) {
       std::vector<const void*> pointers;
       for (const auto& source : sources) pointers.push_back(source.data_ptr());
-      local_->reduce_scatter(output.data_ptr(), pointers, output.numel(), output.scalar_type(),
-                             op);
+      local_->reduce_scatter(output.data_ptr(), pointers, output.numel(), output.scalar_type(), op);
       return;
     }
     // Across hosts: one hierarchical all-reduce of everything, keep this rank's part.
@@ -261,8 +258,9 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce_coalesced(
     const auto* premul =
         dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(opts.reduceOp.supplement_.get());
     if (!premul || !premul->tensor_factors.empty()) {
-      fail("all_reduce_coalesced", "PREMUL_SUM needs its factor as a number "
-                                   "(c10d::makeNCCLPreMulSum(double)), not as tensors");
+      fail("all_reduce_coalesced",
+           "PREMUL_SUM needs its factor as a number "
+           "(c10d::makeNCCLPreMulSum(double)), not as tensors");
     }
     factor = premul->double_factor;
   }
@@ -279,8 +277,9 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::premul_sum_into(std::vector<at::
                  [](const at::Tensor& a, const at::Tensor& b) { return a.numel() == b.numel(); });
   if (!fits_lists(inputs) || !fits_lists(outputs) ||
       outputs[0].scalar_type() != inputs[0].scalar_type() || !shapes_match) {
-    fail(operation, "premul_sum_into takes, on one host, dense CPU inputs of one dtype and "
-                    "outputs of the same dtype and element counts");
+    fail(operation,
+         "premul_sum_into takes, on one host, dense CPU inputs of one dtype and "
+         "outputs of the same dtype and element counts");
   }
   return all_reduce_lists(std::move(inputs), std::move(outputs), c10d::ReduceOp::PREMUL_SUM,
                           factor);
@@ -338,9 +337,10 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::scatter(
   return gloo_->scatter(outputs, inputs, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ShmProcessGroup::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
-    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                              std::vector<int64_t>& output_splits,
+                                                              std::vector<int64_t>& input_splits,
+                                                              const c10d::AllToAllOptions& opts) {
   return gloo_->alltoall_base(output, input, output_splits, input_splits, opts);
 }
 
@@ -371,8 +371,6 @@ void ShmProcessGroup::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
 
 void ShmProcessGroup::setSequenceNumberForGroup() { gloo_->setSequenceNumberForGroup(); }
 
-uint64_t ShmProcessGroup::getSequenceNumberForGroup() {
-  return gloo_->getSequenceNumberForGroup();
-}
+uint64_t ShmProcessGroup::getSequenceNumberForGroup() { return gloo_->getSequenceNumberForGroup(); }
 
 }  // namespace ddp::detail

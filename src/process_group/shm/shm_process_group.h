@@ -28,16 +28,16 @@ namespace ddp::detail {
 class OpQueue;
 
 struct ShmGroupOptions {
-  std::string job;        // run id, names the segments
-  int attempt = 0;        // restart count
-  std::string group;      // the group's name
+  std::string job;    // run id, names the segments
+  int attempt = 0;    // restart count
+  std::string group;  // the group's name
   std::chrono::milliseconds timeout{0};
-  HostTopology topology;  // over the group's ranks
-  std::vector<int> global_ranks;  // group rank -> global rank, for messages
+  HostTopology topology;                        // over the group's ranks
+  std::vector<int> global_ranks;                // group rank -> global rank, for messages
   c10::intrusive_ptr<c10d::ProcessGroup> gloo;  // flat gloo over every member, already made
   // Makes a gloo group over (store, rank, size): the leaders' group.
   std::function<c10::intrusive_ptr<c10d::ProcessGroup>(const c10::intrusive_ptr<c10d::Store>&,
-                                                        int rank, int size)>
+                                                       int rank, int size)>
       make_gloo;
 };
 
@@ -85,9 +85,9 @@ class ShmProcessGroup : public c10d::ProcessGroup {
                                         const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -101,12 +101,9 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
-                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
@@ -137,7 +134,7 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::ProcessGroup> leaders_;  // host leaders, when several hosts
   c10::intrusive_ptr<c10d::Store> leaders_store_;   // theirs, for the first failure's cause
   std::string broken_;  // why a collective across hosts failed; then every later one fails
-  std::unique_ptr<ShmCommunicator> local_;          // this host's members, when two or more
+  std::unique_ptr<ShmCommunicator> local_;  // this host's members, when two or more
   std::shared_ptr<OpQueue> queue_;
 };
 

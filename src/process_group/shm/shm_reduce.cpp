@@ -157,8 +157,8 @@ void check_reducible(c10::ScalarType dtype, Op op, const char* operation) {
                         "and PREMUL_SUM on float and double)");
   }
   if (op == Op::PREMUL_SUM && dtype != c10::kFloat && dtype != c10::kDouble) {
-    fail(operation, std::string("PREMUL_SUM takes float or double tensors, got ") +
-                        c10::toString(dtype));
+    fail(operation,
+         std::string("PREMUL_SUM takes float or double tensors, got ") + c10::toString(dtype));
   }
   switch (dtype) {
     case c10::kFloat:
@@ -166,8 +166,8 @@ void check_reducible(c10::ScalarType dtype, Op op, const char* operation) {
     case c10::kHalf:
     case c10::kBFloat16:
       if (bitwise) {
-        fail(operation, std::string("bitwise reductions need an integer tensor, got ") +
-                            c10::toString(dtype));
+        fail(operation,
+             std::string("bitwise reductions need an integer tensor, got ") + c10::toString(dtype));
       }
       return;
     case c10::kChar:
@@ -178,13 +178,13 @@ void check_reducible(c10::ScalarType dtype, Op op, const char* operation) {
     case c10::kBool:
       return;
     default:
-      fail(operation, std::string("the shm backend cannot reduce tensors of dtype ") +
-                          c10::toString(dtype));
+      fail(operation,
+           std::string("the shm backend cannot reduce tensors of dtype ") + c10::toString(dtype));
   }
 }
 
-void reduce_into(void* dst, const void* const* sources, int count, size_t n,
-                 c10::ScalarType dtype, Op op, double factor) {
+void reduce_into(void* dst, const void* const* sources, int count, size_t n, c10::ScalarType dtype,
+                 Op op, double factor) {
   if (op == Op::PREMUL_SUM) {
     if (dtype == c10::kFloat) {
       return premul_sum(static_cast<float*>(dst), sources, count, n, static_cast<float>(factor));

@@ -36,7 +36,8 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes, const std::
   if (fd < 0 && errno == EEXIST) return ShmSegment();
   if (fd < 0) {
     fail(operation, "cannot create the shared-memory segment /dev/shm" + name + ": " +
-                        errno_text(errno) + ". Use backend \"gloo\" where /dev/shm is unavailable.");
+                        errno_text(errno) +
+                        ". Use backend \"gloo\" where /dev/shm is unavailable.");
   }
   ShmSegment segment;
   segment.name_ = name;
@@ -71,9 +72,9 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes, const std::st
   struct stat info {};
   if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != bytes) {
     close(fd);
-    fail(operation, "the shared-memory segment " + name + " has " +
-                        std::to_string(info.st_size) + " bytes, expected " +
-                        std::to_string(bytes) + "; the ranks of this host disagree on the group");
+    fail(operation, "the shared-memory segment " + name + " has " + std::to_string(info.st_size) +
+                        " bytes, expected " + std::to_string(bytes) +
+                        "; the ranks of this host disagree on the group");
   }
   ShmSegment segment;
   segment.name_ = name;

@@ -33,9 +33,7 @@ constexpr auto kYield = std::chrono::microseconds(100);
 // A sleeping waiter wakes at least this often to check deadline, peers and abort.
 constexpr auto kNap = std::chrono::milliseconds(20);
 
-bool reached(uint32_t value, uint32_t target) {
-  return static_cast<int32_t>(value - target) >= 0;
-}
+bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
   struct timespec ts;
@@ -120,7 +118,8 @@ void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
     }
     now = Clock::now();
     if (now >= deadline) {
-      // The deadline is the collective's, not this wait's: name the timeout the collective ran out of.
+      // The deadline is the collective's, not this wait's: name the timeout the collective ran out
+      // of.
       fail_wait(peer,
                 "timed out after the group timeout of " + std::to_string(timeout_.count()) +
                     " ms waiting for rank " + std::to_string(global_ranks_[peer]) +
@@ -186,8 +185,8 @@ void ShmSync::throw_if_aborted(const char* operation) const {
   if (by < 0) return;
   fail(operation, "rank " + std::to_string(global_ranks_[by]) +
                       " failed a collective of this group and aborted it: " +
-                      std::string(header_->abort_reason, strnlen(header_->abort_reason,
-                                                                 sizeof(header_->abort_reason))));
+                      std::string(header_->abort_reason,
+                                  strnlen(header_->abort_reason, sizeof(header_->abort_reason))));
 }
 
 void ShmSync::mark_left() {

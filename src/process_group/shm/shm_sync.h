@@ -28,10 +28,10 @@ constexpr uint64_t kShmMagic = 0x6464702d63707032ULL;  // "ddp-cpp2"
 
 // One rank's control line. `arrive` is a 32-bit word because futexes are.
 struct alignas(64) RankSlot {
-  std::atomic<uint32_t> arrive;     // phases this rank has finished
-  std::atomic<uint32_t> sleepers;   // peers blocked on this rank's futex
-  std::atomic<int32_t> pid;         // 0 until the rank has mapped the segment
-  std::atomic<uint32_t> left;       // 1 once the rank destroyed its process group
+  std::atomic<uint32_t> arrive;      // phases this rank has finished
+  std::atomic<uint32_t> sleepers;    // peers blocked on this rank's futex
+  std::atomic<int32_t> pid;          // 0 until the rank has mapped the segment
+  std::atomic<uint32_t> left;        // 1 once the rank destroyed its process group
   std::atomic<uint64_t> call[2][3];  // the current call's {kind, dtype, count}, by call parity
 };
 
@@ -39,9 +39,9 @@ struct ShmHeader {
   uint64_t magic;
   uint32_t local_size;
   uint32_t chunk_bytes;
-  std::atomic<uint32_t> mapped;    // ranks that have mapped the segment
+  std::atomic<uint32_t> mapped;           // ranks that have mapped the segment
   std::atomic<int32_t> abort_claimed_by;  // -1, or the first local rank to abort the group
-  std::atomic<int32_t> aborted_by;  // -1, or that rank once abort_reason is written
+  std::atomic<int32_t> aborted_by;        // -1, or that rank once abort_reason is written
   char abort_reason[240];
 };
 
