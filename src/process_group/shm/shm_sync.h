@@ -24,7 +24,7 @@
 
 namespace ddp::detail {
 
-constexpr uint64_t kShmMagic = 0x6464702d63707032ULL;  // "ddp-cpp2"
+constexpr uint64_t kShmMagic = 0x6464702d63707033ULL;  // "ddp-cpp3"
 
 // One rank's control line. `arrive` is a 32-bit word because futexes are.
 struct alignas(64) RankSlot {
@@ -42,7 +42,9 @@ struct ShmHeader {
   std::atomic<uint32_t> mapped;           // ranks that have mapped the segment
   std::atomic<int32_t> abort_claimed_by;  // -1, or the first local rank to abort the group
   std::atomic<int32_t> aborted_by;        // -1, or that rank once abort_reason is written
-  char abort_reason[240];
+  // Room for a reason that quotes another: a host that fails because another host did names
+  // the first failure, with its rank and cause.
+  char abort_reason[1024];
 };
 
 class ShmSync {
