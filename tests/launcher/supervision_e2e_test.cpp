@@ -1,6 +1,7 @@
 // End to end: how ddprun supervises workers: failures, restarts, signals, orphan prevention.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -187,6 +188,38 @@ TEST(Supervision, SegmentsOfAKilledWorkerAreRemovedFromDevShm) {
   EXPECT_GE(checked, 1) << run.out;
   EXPECT_EQ(access(other.c_str(), F_OK), 0);
   unlink(other.c_str());
+}
+
+TEST(Supervision, SegmentsOfARankUnderAWrapperAreRemovedOnceItsCreatorIsGone) {
+  // A rank that runs under a wrapper (a script, `sh -c ./train`) is not a worker: killed between
+  // creating its segment and unlinking it, it is reaped by its wrapper, and ddprun never sees its
+  // pid. After the attempt ddprun removes the attempt's segments whose creator is gone. One of
+  // the same job whose creator still runs (this test), and a dead creator's of another job, stay.
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const std::string live =
+      "/dev/shm/ddp-cpp.wrapped-test.0.g0.h9.r0000beef.p" + std::to_string(getpid());
+  const std::string other_job =
+      "/dev/shm/ddp-cpp.other-test.0.g0.h0.r0000beef.p" + std::to_string(dead);
+  for (const std::string& path : {live, other_job}) std::ofstream(path.c_str()) << "x";
+  LauncherRun run = RunLauncher(
+      {"--nproc-per-node", "2", "--max-restarts", "0", "--run-id", "wrapped-test", "sh", "-c",
+       "sh -c 'f=/dev/shm/ddp-cpp.wrapped-test.0.g0.h$RANK.r0000cafe.p$$; echo x > $f; echo $f; "
+       "kill -9 $$'; exit 3"});
+  ExpectExitedWith(run, 3);
+  std::regex made("/dev/shm/ddp-cpp[^ \n]*");
+  int checked = 0;
+  for (std::sregex_iterator it(run.out.begin(), run.out.end(), made), end; it != end; ++it) {
+    EXPECT_NE(access(it->str().c_str(), F_OK), 0) << it->str() << " is still there";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2) << run.out;
+  EXPECT_EQ(access(live.c_str(), F_OK), 0) << "a live creator's segment was removed";
+  EXPECT_EQ(access(other_job.c_str(), F_OK), 0) << "another job's segment was removed";
+  unlink(live.c_str());
+  unlink(other_job.c_str());
 }
 
 }  // namespace

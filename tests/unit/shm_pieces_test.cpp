@@ -10,6 +10,7 @@
 
 #include "process_group/shm/host_topology.h"
 #include "process_group/shm/scattered_bytes.h"
+#include "process_group/shm/segment_ownership.h"
 #include "process_group/shm/shm_segment.h"
 
 namespace {
@@ -33,6 +34,18 @@ TEST(ShmSegmentTest, NameCarriesTheTokenAndEndsWithTheCreatorPid) {
   // ddprun finds a killed worker's segments by the ".p<pid>" suffix.
   EXPECT_EQ(ddp::detail::shm_segment_name("my job!", 2, "1", 3, 0x1fu, 4242),
             "/ddp-cpp.my_job_.2.g1.h3.r0000001f.p4242");
+}
+
+TEST(ShmSegmentTest, PrefixAndCreatorAreReadBackFromAName) {
+  // ddprun removes a dead creator's segments of a job's attempt by these two.
+  const std::string name = ddp::detail::shm_segment_name("my job!", 2, "1", 3, 0x1fu, 4242);
+  EXPECT_EQ(name.rfind("/" + ddp::detail::shm_segment_prefix("my job!", 2), 0), 0u) << name;
+  EXPECT_NE(name.rfind("/" + ddp::detail::shm_segment_prefix("my job!", 1), 0), 0u) << name;
+  EXPECT_EQ(ddp::detail::shm_segment_creator(name.substr(1)), 4242);
+  EXPECT_EQ(ddp::detail::shm_segment_creator("ddp-cpp.job.0.g0.h0.r00000000.px1"), -1);
+  EXPECT_EQ(ddp::detail::shm_segment_creator("ddp-cpp.job.0.g0.h0.r00000000"), -1);
+  EXPECT_FALSE(ddp::detail::process_is_alive(-1));
+  EXPECT_TRUE(ddp::detail::process_is_alive(getpid()));
 }
 
 TEST(ShmSegmentTest, MoveAssignmentReleasesTheSegmentItReplaces) {

@@ -7,6 +7,7 @@
 
 #include "exit_status.h"
 #include "fd_io.h"
+#include "shm_cleanup.h"
 #include "worker_env.h"
 
 extern char** environ;
@@ -63,6 +64,7 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
           {GlobalRank(options, local_rank), local_rank, MergeEnvironment(environ, vars)});
     }
     GroupResult result = RunWorkerGroup(settings, launches, *relay);
+    RemoveSegmentsOfDeadCreators(options.run_id, restart_count);
     switch (result.kind) {
       case GroupResult::Kind::kSucceeded:
         return 0;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/error_context.h"
+#include "process_group/shm/segment_ownership.h"
 #include "process_group/shm/shm_reduce.h"
 
 namespace ddp::detail {

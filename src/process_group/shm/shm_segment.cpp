@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -20,12 +19,6 @@ std::string errno_text(int error) { return std::string(std::strerror(error)); }
 void* map_whole(int fd, size_t bytes) {
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return data == MAP_FAILED ? nullptr : data;
-}
-
-std::string hex8(uint32_t value) {
-  char text[9];
-  std::snprintf(text, sizeof(text), "%08x", value);
-  return text;
 }
 
 }  // namespace
@@ -113,19 +106,6 @@ void ShmSegment::release() {
 void ShmSegment::unlink() {
   if (owns_name_) shm_unlink(name_.c_str());
   owns_name_ = false;
-}
-
-std::string shm_segment_name(const std::string& job, int attempt, const std::string& group,
-                             int host_index, uint32_t token, int creator_pid) {
-  std::string clean;
-  for (char c : job.substr(0, 64)) {
-    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                c == '_' || c == '-';
-    clean += keep ? c : '_';
-  }
-  if (clean.empty()) clean = "job";
-  return "/ddp-cpp." + clean + "." + std::to_string(attempt) + ".g" + group + ".h" +
-         std::to_string(host_index) + ".r" + hex8(token) + ".p" + std::to_string(creator_pid);
 }
 
 }  // namespace ddp::detail

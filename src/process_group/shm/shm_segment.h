@@ -6,16 +6,14 @@
 // name. Once every rank has mapped it, the creator unlinks the name: from then on the memory lives
 // only as long as some rank maps it, and nothing is left in /dev/shm however the ranks end.
 //
-// Names are "/ddp-cpp.<job>.<attempt>.g<group>.h<host>.r<random>.p<creator pid>": the job and
-// attempt say whose it is, the random token keeps two jobs that share /dev/shm (and perhaps pids,
-// from different containers) apart, and the creator's pid lets ddprun remove the segment of a
-// worker that was killed in the short window before the unlink (see tools/ddprun).
+// Names come from shm_segment_name (segment_ownership.h): they say the job, the attempt and the
+// creator's pid, so that ddprun can remove a segment whose creator was killed in the short window
+// before the unlink (see tools/ddprun).
 //
 // Not thread-safe; the object is owned by one process group.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <string>
 
 namespace ddp::detail {
@@ -50,10 +48,5 @@ class ShmSegment {
   size_t size_ = 0;
   bool owns_name_ = false;
 };
-
-/// The segment name for a group's ranks on one host; characters outside [A-Za-z0-9_-] in the job
-/// id become '_' and it is cut to keep the name well under NAME_MAX.
-std::string shm_segment_name(const std::string& job, int attempt, const std::string& group,
-                             int host_index, uint32_t token, int creator_pid);
 
 }  // namespace ddp::detail

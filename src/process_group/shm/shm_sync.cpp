@@ -8,9 +8,9 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "common/error_context.h"
+#include "process_group/shm/segment_ownership.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -47,19 +47,6 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
 }
 
 }  // namespace
-
-bool process_is_alive(int pid) {
-  if (pid <= 0) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return false;
-  std::string line;
-  std::getline(stat, line);
-  // "pid (comm) S ...": the state follows the last ')'; comm may itself contain ')'.
-  size_t close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size()) return true;
-  char state = line[close + 2];
-  return state != 'Z' && state != 'X' && state != 'x';
-}
 
 ShmSync::ShmSync(ShmHeader* header, RankSlot* slots, int local_rank, int local_size,
                  std::vector<int> global_ranks, std::chrono::milliseconds timeout)

@@ -93,7 +93,4 @@ class ShmSync {
   uint32_t phase_ = 0;  // phases this rank has finished (mirror of its own counter)
 };
 
-/// True while process `pid` exists and is not a zombie (a killed rank not yet reaped is dead).
-bool process_is_alive(int pid);
-
 }  // namespace ddp::detail
