@@ -23,6 +23,17 @@ bool Contains(const std::string& text, const std::string& needle) {
 
 pid_t ReadPid(const std::string& path) { return static_cast<pid_t>(std::stol(ReadFile(path))); }
 
+// Expects each /dev/shm/ddp-cpp... path that the workers printed to be gone; returns how many.
+int ExpectSegmentsNamedInOutputAreGone(const std::string& out) {
+  std::regex made("/dev/shm/ddp-cpp[^ \n]*");
+  int checked = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), made), end; it != end; ++it) {
+    EXPECT_NE(access(it->str().c_str(), F_OK), 0) << it->str() << " is still there";
+    ++checked;
+  }
+  return checked;
+}
+
 // Worker script prelude: publish this worker's pid atomically as $D/pid.$RANK.
 constexpr const char* kPublishPid =
     "echo $$ > \"$D/tmp.$RANK\"; mv \"$D/tmp.$RANK\" \"$D/pid.$RANK\"; ";
@@ -179,13 +190,7 @@ TEST(Supervision, SegmentsOfAKilledWorkerAreRemovedFromDevShm) {
                                  "> $f; echo $f; kill -9 $$"});
   EXPECT_FALSE(run.timed_out);
   EXPECT_NE(run.exit_code, 0);
-  std::regex made("/dev/shm/ddp-cpp[^ \n]*");
-  int checked = 0;
-  for (std::sregex_iterator it(run.out.begin(), run.out.end(), made), end; it != end; ++it) {
-    EXPECT_NE(access(it->str().c_str(), F_OK), 0) << it->str() << " is still there";
-    ++checked;
-  }
-  EXPECT_GE(checked, 1) << run.out;
+  EXPECT_GE(ExpectSegmentsNamedInOutputAreGone(run.out), 1) << run.out;
   EXPECT_EQ(access(other.c_str(), F_OK), 0);
   unlink(other.c_str());
 }
@@ -210,13 +215,7 @@ TEST(Supervision, SegmentsOfARankUnderAWrapperAreRemovedOnceItsCreatorIsGone) {
        "sh -c 'f=/dev/shm/ddp-cpp.wrapped-test.0.g0.h$RANK.r0000cafe.p$$; echo x > $f; echo $f; "
        "kill -9 $$'; exit 0"});
   ExpectExitedWith(run, 0);
-  std::regex made("/dev/shm/ddp-cpp[^ \n]*");
-  int checked = 0;
-  for (std::sregex_iterator it(run.out.begin(), run.out.end(), made), end; it != end; ++it) {
-    EXPECT_NE(access(it->str().c_str(), F_OK), 0) << it->str() << " is still there";
-    ++checked;
-  }
-  EXPECT_EQ(checked, 2) << run.out;
+  EXPECT_EQ(ExpectSegmentsNamedInOutputAreGone(run.out), 2) << run.out;
   EXPECT_EQ(access(live.c_str(), F_OK), 0) << "a live creator's segment was removed";
   EXPECT_EQ(access(other_job.c_str(), F_OK), 0) << "another job's segment was removed";
   unlink(live.c_str());
