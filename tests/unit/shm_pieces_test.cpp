@@ -44,6 +44,7 @@ TEST(ShmSegmentTest, PrefixAndCreatorAreReadBackFromAName) {
   EXPECT_EQ(ddp::detail::shm_segment_creator(name.substr(1)), 4242);
   EXPECT_EQ(ddp::detail::shm_segment_creator("ddp-cpp.job.0.g0.h0.r00000000.px1"), -1);
   EXPECT_EQ(ddp::detail::shm_segment_creator("ddp-cpp.job.0.g0.h0.r00000000"), -1);
+  EXPECT_EQ(ddp::detail::shm_segment_creator("ddp-cpp.job.0.g0.h0.r00000000.p99999999999"), -1);
   EXPECT_FALSE(ddp::detail::process_is_alive(-1));
   EXPECT_TRUE(ddp::detail::process_is_alive(getpid()));
 }

@@ -1,7 +1,6 @@
 #include "process_group/shm/segment_ownership.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 
 namespace ddp::detail {
@@ -37,7 +36,8 @@ std::string shm_segment_name(const std::string& job, int attempt, const std::str
 
 int shm_segment_creator(const std::string& name) {
   const size_t dot = name.rfind(".p");
-  if (dot == std::string::npos || dot + 2 == name.size() || name.size() - dot > 12) return -1;
+  // At most 9 digits: more than any pid_max, and no int overflow.
+  if (dot == std::string::npos || dot + 2 == name.size() || name.size() - dot - 2 > 9) return -1;
   int pid = 0;
   for (size_t i = dot + 2; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;
