@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=$(mktemp -d /tmp/ddp_install_XXXXXX)
 trap 'rm -rf "$prefix"' EXIT
-cmake --install build --prefix "$prefix" >/dev/null
+cmake --install "${DDP_BUILD_DIR:-build}" --prefix "$prefix" >/dev/null
 cmake -S tests/install_consumer -B "$prefix/consumer-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$prefix/consumer-build" -j"$(nproc)" >/dev/null
 output=$("$prefix/bin/ddprun" --standalone --nproc-per-node 3 "$prefix/consumer-build/consumer")

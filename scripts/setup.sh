@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ddp-cpp needs (only those missing), then configures and builds.
-# Run by scripts/demo.sh and scripts/test.sh; as root, or as a user with sudo.
+# Run by scripts/demo.sh and scripts/test.sh; as root, or as a user with sudo. The build goes to
+# $DDP_BUILD_DIR (default build/; scripts/trixie_env.sh uses build-trixie/); a first argument
+# names what to build (default: everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,5 +28,6 @@ if [ -e "$openblas" ] && [ "$(readlink -f /etc/alternatives/libblas.so.3-x86_64-
   $sudo update-alternatives --set libblas.so.3-x86_64-linux-gnu "$openblas"
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
+build=${DDP_BUILD_DIR:-build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j"$(nproc)" ${1:+--target "$@"}

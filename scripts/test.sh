@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-(cd build && ctest --output-on-failure -j2 --timeout 120)
+(cd "${DDP_BUILD_DIR:-build}" && ctest --output-on-failure -j2 --timeout 120)
 bash scripts/check_install.sh

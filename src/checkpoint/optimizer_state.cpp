@@ -1,6 +1,5 @@
 #include "checkpoint/optimizer_state.h"
 
-#include <c10/util/string_utils.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "common/error_context.h"
+#include "compat/libtorch_compat.h"
 
 namespace ddp::detail {
 namespace {
@@ -20,10 +20,6 @@ using torch::optim::Optimizer;
 using torch::optim::SGD;
 using torch::optim::SGDOptions;
 using torch::optim::SGDParamState;
-
-std::string state_key(const at::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
 
 c10::impl::GenericDict string_dict() {
   return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
@@ -123,16 +119,15 @@ c10::IValue optimizer_state_dict(const Optimizer& optimizer, const std::string& 
     }
     c10::List<int64_t> indices;
     for (const auto& param : group.params()) {
-      auto it = optimizer.state().find(state_key(param));
-      if (it != optimizer.state().end()) {
+      if (const auto* param_state = compat::optimizer_state_of(optimizer, param)) {
         auto saved_state = string_dict();
         if (is_sgd) {
-          const auto& s = static_cast<const SGDParamState&>(*it->second);
+          const auto& s = static_cast<const SGDParamState&>(*param_state);
           if (s.momentum_buffer().defined()) {
             saved_state.insert("momentum_buffer", saved_tensor(s.momentum_buffer()));
           }
         } else {
-          const auto& s = static_cast<const AdamParamState&>(*it->second);
+          const auto& s = static_cast<const AdamParamState&>(*param_state);
           // PyTorch keeps the step as a float singleton tensor (torch.optim.Adam requires one).
           saved_state.insert("step", at::scalar_tensor(static_cast<double>(s.step()), at::kFloat));
           saved_state.insert("exp_avg", saved_tensor(s.exp_avg()));
@@ -175,7 +170,7 @@ void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& saved,
   }
   // Parse and check everything first, then apply, so that a bad file changes nothing.
   std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> new_options;
-  std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>> new_state;
+  std::vector<std::pair<at::Tensor, std::unique_ptr<torch::optim::OptimizerParamState>>> new_state;
   for (size_t g = 0; g < groups.size(); ++g) {
     std::string where = "param_groups[" + std::to_string(g) + "]";
     auto group = read.dict(groups.get(g), where);
@@ -220,7 +215,7 @@ void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& saved,
       if (is_sgd) {
         auto s = std::make_unique<SGDParamState>();
         s->momentum_buffer(read.like_param(saved_state, "momentum_buffer", param, param_where));
-        new_state.emplace_back(state_key(param), std::move(s));
+        new_state.emplace_back(param, std::move(s));
       } else {
         auto s = std::make_unique<AdamParamState>();
         s->step(static_cast<int64_t>(read.number(saved_state, "step", param_where)));
@@ -230,7 +225,7 @@ void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& saved,
         if (!s->exp_avg().defined() || !s->exp_avg_sq().defined()) {
           read.bad("lacks \"exp_avg\" or \"exp_avg_sq\" in " + param_where);
         }
-        new_state.emplace_back(state_key(param), std::move(s));
+        new_state.emplace_back(param, std::move(s));
       }
     }
   }
@@ -238,7 +233,8 @@ void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& saved,
     param_groups[g].set_options(std::move(new_options[g]));
   }
   optimizer.state().clear();
-  for (auto& [key, value] : new_state) optimizer.state()[key] = std::move(value);
+  for (auto& [param, value] : new_state)
+    compat::set_optimizer_state(optimizer, param, std::move(value));
 }
 
 }  // namespace ddp::detail

@@ -5,12 +5,12 @@
 #include <iterator>
 
 #include "common/error_context.h"
-#include "process_group/waits_at_once.h"
 
 namespace ddp::detail {
 
-CollectiveCall::CollectiveCall(std::string operation, const ProcessGroup& group)
-    : operation_(std::move(operation)), group_(group.state()) {
+CollectiveCall::CollectiveCall(std::string operation, Collective collective,
+                               const ProcessGroup& group)
+    : operation_(std::move(operation)), collective_(collective), group_(group.state()) {
   if (!group_->is_member()) {
     fail("this rank is not a member of group '" + group_->name + "' (ranks " +
          join_ints(group_->global_ranks) + "); only members may call its collectives");
@@ -36,7 +36,30 @@ at::Tensor CollectiveCall::stage(const at::Tensor& tensor, const char* what) con
   at::Tensor staged = tensor.is_contiguous() ? tensor : tensor.contiguous();
   // Complex tensors travel as pairs of reals, as in torch.distributed.
   if (staged.is_complex()) staged = at::view_as_real(staged);
+  // A device tensor that no backend takes where it is (a CUDA tensor in a group without NCCL)
+  // goes through the host, as gloo's own CUDA support does.
+  if (!staged.device().is_cpu() && !group_->backend_for(collective_, staged)) {
+    at::Tensor on_host = staged.to(c10::kCPU);
+    if (group_->backend_for(collective_, on_host)) return on_host;
+  }
   return staged;
+}
+
+Backend& CollectiveCall::backend(const at::Tensor& staged) const {
+  return backend_for(collective_, staged);
+}
+
+Backend& CollectiveCall::backend_for(Collective collective, const at::Tensor& staged) const {
+  if (Backend* chosen = group_->backend_for(collective, staged)) return *chosen;
+  std::string names;
+  for (const auto& backend : group_->backends) {
+    names += (names.empty() ? "" : ", ") + backend->name();
+  }
+  fail("no backend of group '" + group_->name + "' (" + names + ") carries it on " +
+       (staged.defined() ? c10::str(staged.device(), " tensors of dtype ", staged.scalar_type())
+                         : std::string("this group")) +
+       "; move the tensor to the CPU, or create the group with a backend for its device "
+       "(\"nccl\" for CUDA tensors)");
 }
 
 void CollectiveCall::unstage(at::Tensor& tensor, const at::Tensor& staged) {
@@ -96,22 +119,20 @@ void CollectiveCall::verify_matching_call(const at::Tensor& tensor, int root, in
   print[2] = tensor.defined() ? tensor.numel() : 0;
   print[3] = root;
   print[4] = reduce_op;
-  std::vector<std::vector<at::Tensor>> all(1);
-  for (int i = 0; i < group_->size(); ++i) all[0].push_back(at::empty({kFields}, at::kLong));
-  std::vector<at::Tensor> input{mine};
+  std::vector<at::Tensor> all;
+  for (int i = 0; i < group_->size(); ++i) all.push_back(at::empty({kFields}, at::kLong));
   try {
-    WaitsAtOnce waits;
-    backend().allgather(all, input)->wait();
+    backend_for(Collective::kAllGather, mine).all_gather(all, mine, Launch::kWaitNow)->wait();
   } catch (const std::exception& error) {
     rethrow_backend_failure(operation_, error);
   }
   for (int i = 1; i < group_->size(); ++i) {
-    if (!at::equal(all[0][i], all[0][0])) {
+    if (!at::equal(all[i], all[0])) {
       fail("the ranks are not making the same call: rank " +
            std::to_string(group_->global_ranks[0]) + " calls " +
-           describe_call(all[0][0].data_ptr<int64_t>()) + ", but rank " +
+           describe_call(all[0].data_ptr<int64_t>()) + ", but rank " +
            std::to_string(group_->global_ranks[i]) + " calls " +
-           describe_call(all[0][i].data_ptr<int64_t>()) +
+           describe_call(all[i].data_ptr<int64_t>()) +
            ". Every rank of a group must issue the same collectives, in the same order, on "
            "tensors of the same size and dtype.");
     }

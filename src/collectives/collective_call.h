@@ -1,9 +1,11 @@
 // CollectiveCall: what every collective does before and after talking to the backend.
 //
 // It resolves the group (failing for a non-member), validates and stages the tensor (a contiguous
-// buffer for strided tensors, a real view for complex ones) and translates global src/dst ranks.
-// The staged buffer is what goes to the backend; finish() copies it back into the caller's tensor.
-// One call per collective, on the issuing thread; not shared between threads.
+// buffer for strided tensors, a real view for complex ones, a CPU copy of a device tensor that no
+// backend of the group takes on its device) and translates global src/dst ranks. The staged
+// buffer is what goes to the backend, the group's first that takes the collective on it;
+// unstage() copies it back into the caller's tensor. One call per collective, on the issuing
+// thread; not shared between threads.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,22 +14,27 @@
 #include <string>
 
 #include "ddp/process_group.h"
+#include "process_group/backend.h"
 #include "process_group/group_state.h"
 
 namespace ddp::detail {
 
 class CollectiveCall {
  public:
-  CollectiveCall(std::string operation, const ProcessGroup& group);
+  CollectiveCall(std::string operation, Collective collective, const ProcessGroup& group);
 
   const std::string& operation() const { return operation_; }
   GroupState& group() { return *group_; }
-  c10d::ProcessGroup& backend() { return *group_->backend; }
+  /// The backend that carries this collective on tensors like `staged` (undefined: a barrier).
+  /// Throws DistributedError when none of the group's does.
+  Backend& backend(const at::Tensor& staged) const;
 
   /// The group rank of global rank `rank`, given as argument `what` ("src", "dst").
   int group_rank_of(int rank, const char* what) const;
 
-  /// A dense tensor the backend can work on in place, sharing memory with `tensor` when possible.
+  /// A dense tensor the backend can work on in place, sharing memory with `tensor` when possible:
+  /// contiguous, complex numbers as pairs of reals, and on the CPU where no backend of the group
+  /// takes the collective on `tensor`'s device but one takes it on the CPU.
   at::Tensor stage(const at::Tensor& tensor, const char* what = "tensor") const;
   /// Copies `staged` back into `tensor` when stage() had to copy.
   static void unstage(at::Tensor& tensor, const at::Tensor& staged);
@@ -45,7 +52,10 @@ class CollectiveCall {
   [[noreturn]] void fail(const std::string& cause) const;
 
  private:
+  Backend& backend_for(Collective collective, const at::Tensor& staged) const;
+
   std::string operation_;
+  Collective collective_;
   std::shared_ptr<GroupState> group_;
 };
 

@@ -1,4 +1,5 @@
-// The collectives of include/ddp/collectives.h on top of c10d's ProcessGroup interface.
+// The collectives of include/ddp/collectives.h on top of the backends' interface
+// (process_group/backend.h). The synchronous calls issue with Launch::kWaitNow and wait at once.
 #include "ddp/collectives.h"
 
 #include <ATen/ATen.h>
@@ -7,14 +8,15 @@
 #include "collectives/reduce_op.h"
 #include "collectives/unverified.h"
 #include "common/error_context.h"
-#include "process_group/shm/shm_process_group.h"
-#include "process_group/waits_at_once.h"
 #include "process_group/work_state.h"
 
 namespace ddp {
 namespace {
 
+using detail::Backend;
+using detail::Collective;
 using detail::CollectiveCall;
+using detail::Launch;
 
 // Issues `launch` on the backend and wraps its failure with the operation's context.
 template <typename Launch>
@@ -44,16 +46,15 @@ void wait_now(CollectiveCall& call, const c10::intrusive_ptr<c10d::Work>& work) 
 
 namespace detail {
 
-Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group, bool verify) {
-  CollectiveCall call("all_reduce", group);
+Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group, bool verify,
+                      Launch how) {
+  CollectiveCall call("all_reduce", Collective::kAllReduce, group);
   at::Tensor staged = call.stage(tensor);
-  auto reduce = detail::backend_reduce(op, tensor, call);
+  Backend& backend = call.backend(staged);
+  auto reduce = detail::backend_reduce(op, tensor, call, backend);
   if (verify) call.verify_matching_call(staged, -1, static_cast<int>(op));
   const int64_t size = call.group().size();
-  std::vector<at::Tensor> tensors{staged};
-  c10d::AllreduceOptions options;
-  options.reduceOp = reduce.op;
-  auto work = launch(call, [&] { return call.backend().allreduce(tensors, options); });
+  auto work = launch(call, [&] { return backend.all_reduce(staged, reduce.op, how); });
   at::Tensor target = tensor;
   return make_work(call, work, [target, staged, reduce, size]() mutable {
     at::Tensor result = staged;
@@ -62,31 +63,31 @@ Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group
   });
 }
 
-bool reduces_lists_in_place(const ProcessGroup& group) {
-  CollectiveCall call("all_reduce", group);
-  return ShmProcessGroup::reduces_lists_in_place(call.backend());
+bool reduces_lists_in_place(const ProcessGroup& group, const at::Tensor& like) {
+  auto state = group.state();
+  return state->is_member() && state->backend_for(Collective::kAllReduceLists, like) != nullptr;
 }
 
 Work premul_sum_async(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
                       double factor, const ProcessGroup& group) {
-  CollectiveCall call("all_reduce", group);
-  auto* shm = dynamic_cast<ShmProcessGroup*>(&call.backend());
-  if (!shm || !shm->single_host()) {
-    call.fail("premul_sum_async needs the shm backend on one host (see reduces_lists_in_place)");
-  }
-  auto work = launch(
-      call, [&] { return shm->premul_sum_into(std::move(inputs), std::move(outputs), factor); });
+  CollectiveCall call("all_reduce", Collective::kAllReduceLists, group);
+  if (inputs.empty()) call.fail("premul_sum_async needs at least one tensor");
+  Backend& backend = call.backend(inputs[0]);
+  auto work = launch(call, [&] {
+    return backend.all_reduce_lists(std::move(inputs), std::move(outputs),
+                                    c10d::ReduceOp::PREMUL_SUM, factor, Launch::kAsync);
+  });
   return make_work(call, work, nullptr);
 }
 
-Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group, bool verify) {
-  CollectiveCall call("broadcast", group);
-  c10d::BroadcastOptions options;
-  options.rootRank = call.group_rank_of(src, "src");
+Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group, bool verify,
+                     Launch how) {
+  CollectiveCall call("broadcast", Collective::kBroadcast, group);
+  const int root = call.group_rank_of(src, "src");
   at::Tensor staged = call.stage(tensor);
   if (verify) call.verify_matching_call(staged, src);
-  std::vector<at::Tensor> tensors{staged};
-  auto work = launch(call, [&] { return call.backend().broadcast(tensors, options); });
+  Backend& backend = call.backend(staged);
+  auto work = launch(call, [&] { return backend.broadcast(staged, root, how); });
   at::Tensor target = tensor;
   return make_work(call, work,
                    [target, staged]() mutable { CollectiveCall::unstage(target, staged); });
@@ -95,35 +96,30 @@ Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group, boo
 }  // namespace detail
 
 Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group) {
-  return detail::all_reduce_async(tensor, op, group, /*verify=*/true);
+  return detail::all_reduce_async(tensor, op, group, /*verify=*/true, detail::Launch::kAsync);
 }
 
 void all_reduce(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
-  all_reduce_async(tensor, op, group).wait();
+  detail::all_reduce_async(tensor, op, group, /*verify=*/true, detail::Launch::kWaitNow).wait();
 }
 
 Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group) {
-  return detail::broadcast_async(tensor, src, group, /*verify=*/true);
+  return detail::broadcast_async(tensor, src, group, /*verify=*/true, detail::Launch::kAsync);
 }
 
 void broadcast(at::Tensor& tensor, int src, const ProcessGroup& group) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
-  broadcast_async(tensor, src, group).wait();
+  detail::broadcast_async(tensor, src, group, /*verify=*/true, detail::Launch::kWaitNow).wait();
 }
 
 void reduce(at::Tensor& tensor, int dst, ReduceOp op, const ProcessGroup& group) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
-  CollectiveCall call("reduce", group);
-  c10d::ReduceOptions options;
-  options.rootRank = call.group_rank_of(dst, "dst");
-  auto backend_op = detail::backend_reduce(op, tensor, call);
-  options.reduceOp = backend_op.op;
+  CollectiveCall call("reduce", detail::Collective::kReduce, group);
+  const int root = call.group_rank_of(dst, "dst");
   at::Tensor staged = call.stage(tensor);
+  detail::Backend& backend = call.backend(staged);
+  auto backend_op = detail::backend_reduce(op, tensor, call, backend);
   call.verify_matching_call(staged, dst, static_cast<int>(op));
-  std::vector<at::Tensor> tensors{staged};
-  wait_now(call, launch(call, [&] { return call.backend().reduce(tensors, options); }));
-  if (call.group().group_rank == options.rootRank) {
+  wait_now(call, launch(call, [&] { return backend.reduce(staged, root, backend_op.op); }));
+  if (call.group().group_rank == root) {
     if (backend_op.divide_by_size) detail::divide_by(staged, call.group().size());
     CollectiveCall::unstage(tensor, staged);
   }
@@ -132,67 +128,75 @@ void reduce(at::Tensor& tensor, int dst, ReduceOp op, const ProcessGroup& group)
 namespace detail {
 
 Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs,
-                      const ProcessGroup& group, bool verify) {
-  CollectiveCall call("all_gather", group);
+                      const ProcessGroup& group, bool verify, Launch how) {
+  CollectiveCall call("all_gather", Collective::kAllGather, group);
   at::Tensor staged = call.stage(tensor);
   if (verify) call.verify_matching_call(staged);
   outputs.clear();
-  std::vector<std::vector<at::Tensor>> gathered(1);
-  for (int i = 0; i < call.group().size(); ++i) gathered[0].push_back(at::empty_like(staged));
-  std::vector<at::Tensor> inputs{staged};
-  auto work = launch(call, [&] { return call.backend().allgather(gathered, inputs); });
-  // The backend fills the outputs in place; hand them out in the caller's dtype.
-  for (auto& buffer : gathered[0]) {
-    outputs.push_back(tensor.is_complex() ? at::view_as_complex(buffer) : buffer);
+  std::vector<at::Tensor> gathered;
+  for (int i = 0; i < call.group().size(); ++i) gathered.push_back(at::empty_like(staged));
+  Backend& backend = call.backend(staged);
+  auto work = launch(call, [&] { return backend.all_gather(gathered, staged, how); });
+  // The backend fills the outputs in place; hand them out as the caller's tensor was: its dtype,
+  // its device.
+  std::vector<std::pair<at::Tensor, at::Tensor>> moves;  // (on the host, on the caller's device)
+  for (auto& buffer : gathered) {
+    at::Tensor out = tensor.is_complex() ? at::view_as_complex(buffer) : buffer;
+    if (out.device() != tensor.device()) {
+      at::Tensor placed = at::empty_like(out, out.options().device(tensor.device()));
+      moves.emplace_back(out, placed);
+      out = placed;
+    }
+    outputs.push_back(out);
   }
-  return make_work(call, work, nullptr);
+  if (moves.empty()) return make_work(call, work, nullptr);
+  return make_work(call, work, [moves]() mutable {
+    for (auto& [host, placed] : moves) placed.copy_(host);
+  });
 }
 
 }  // namespace detail
 
 Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs,
                       const ProcessGroup& group) {
-  return detail::all_gather_async(tensor, outputs, group, /*verify=*/true);
+  return detail::all_gather_async(tensor, outputs, group, /*verify=*/true, detail::Launch::kAsync);
 }
 
 std::vector<at::Tensor> all_gather(const at::Tensor& tensor, const ProcessGroup& group) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   std::vector<at::Tensor> outputs;
-  all_gather_async(tensor, outputs, group).wait();
+  detail::all_gather_async(tensor, outputs, group, /*verify=*/true, detail::Launch::kWaitNow)
+      .wait();
   return outputs;
 }
 
 std::vector<at::Tensor> gather(const at::Tensor& tensor, int dst, const ProcessGroup& group) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
-  CollectiveCall call("gather", group);
-  c10d::GatherOptions options;
-  options.rootRank = call.group_rank_of(dst, "dst");
+  CollectiveCall call("gather", detail::Collective::kGather, group);
+  const int root = call.group_rank_of(dst, "dst");
   at::Tensor staged = call.stage(tensor);
   call.verify_matching_call(staged, dst);
-  const bool is_root = call.group().group_rank == options.rootRank;
-  std::vector<std::vector<at::Tensor>> outputs(is_root ? 1 : 0);
+  const bool is_root = call.group().group_rank == root;
+  std::vector<at::Tensor> outputs;
   if (is_root) {
-    for (int i = 0; i < call.group().size(); ++i) outputs[0].push_back(at::empty_like(staged));
+    for (int i = 0; i < call.group().size(); ++i) outputs.push_back(at::empty_like(staged));
   }
-  std::vector<at::Tensor> inputs{staged};
-  wait_now(call, launch(call, [&] { return call.backend().gather(outputs, inputs, options); }));
+  detail::Backend& backend = call.backend(staged);
+  wait_now(call, launch(call, [&] { return backend.gather(outputs, staged, root); }));
   if (!is_root) return {};
-  if (tensor.is_complex()) {
-    for (auto& out : outputs[0]) out = at::view_as_complex(out);
+  for (auto& out : outputs) {
+    if (tensor.is_complex()) out = at::view_as_complex(out);
+    if (out.device() != tensor.device()) out = out.to(tensor.device());
   }
-  return outputs[0];
+  return outputs;
 }
 
 void scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, int src,
              const ProcessGroup& group) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
-  CollectiveCall call("scatter", group);
-  c10d::ScatterOptions options;
-  options.rootRank = call.group_rank_of(src, "src");
+  CollectiveCall call("scatter", detail::Collective::kScatter, group);
+  const int root = call.group_rank_of(src, "src");
   at::Tensor staged = call.stage(out, "out");
   call.verify_matching_call(staged, src);
-  const bool is_root = call.group().group_rank == options.rootRank;
-  std::vector<std::vector<at::Tensor>> sources(is_root ? 1 : 0);
+  const bool is_root = call.group().group_rank == root;
+  std::vector<at::Tensor> sources;
   if (is_root) {
     if (static_cast<int>(inputs.size()) != call.group().size()) {
       call.fail("src rank needs one input per group rank: got " + std::to_string(inputs.size()) +
@@ -200,21 +204,19 @@ void scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, int src,
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
       call.check_same_shape(inputs[i], out, "inputs[" + std::to_string(i) + "]");
-      sources[0].push_back(call.stage(inputs[i], "input"));
+      sources.push_back(call.stage(inputs[i], "input").to(staged.device()));
     }
   }
-  std::vector<at::Tensor> outputs{staged};
-  wait_now(call, launch(call, [&] { return call.backend().scatter(outputs, sources, options); }));
+  detail::Backend& backend = call.backend(staged);
+  wait_now(call, launch(call, [&] { return backend.scatter(staged, sources, root); }));
   CollectiveCall::unstage(out, staged);
 }
 
 void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, ReduceOp op,
                     const ProcessGroup& group) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
   int size = 0;
-  bool native = false;
   {
-    CollectiveCall call("reduce_scatter", group);
+    CollectiveCall call("reduce_scatter", detail::Collective::kReduceScatter, group);
     size = call.group().size();
     if (static_cast<int>(inputs.size()) != size) {
       call.fail("needs one input per group rank: got " + std::to_string(inputs.size()) +
@@ -224,27 +226,28 @@ void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, Redu
       call.check_same_shape(inputs[i], out, "inputs[" + std::to_string(i) + "]");
     }
     at::Tensor staged = call.stage(out, "out");
-    native = call.group().backend_name == "shm";
-    if (native) {
-      // The shm backend reduce-scatters natively: each rank reduces only its own part.
-      auto reduce = detail::backend_reduce(op, out, call);
+    if (call.group().backend_for(detail::Collective::kReduceScatter, staged)) {
+      // A backend that reduce-scatters natively: each rank reduces only its own part.
+      detail::Backend& backend = call.backend(staged);
+      auto reduce = detail::backend_reduce(op, out, call, backend);
       call.verify_matching_call(staged, -1, static_cast<int>(op));
-      std::vector<at::Tensor> outputs{staged};
-      std::vector<std::vector<at::Tensor>> sources(1);
-      for (const auto& input : inputs) sources[0].push_back(call.stage(input, "input"));
-      c10d::ReduceScatterOptions options;
-      options.reduceOp = reduce.op;
+      std::vector<at::Tensor> sources;
+      for (const auto& input : inputs) {
+        sources.push_back(call.stage(input, "input").to(staged.device()));
+      }
       wait_now(call, launch(call, [&] {
-                 return call.backend().reduce_scatter(outputs, sources, options);
+                 return backend.reduce_scatter(staged, sources, reduce.op,
+                                               detail::Launch::kWaitNow);
                }));
       if (reduce.divide_by_size) detail::divide_by(staged, size);
       CollectiveCall::unstage(out, staged);
       return;
     }
   }
-  // Gloo has no reduce-scatter. One all-reduce of the concatenated inputs moves 2(n-1)/n of the
-  // data per rank where a ring reduce-scatter moves (n-1)/n: at most twice the optimum, in a single
-  // collective, against n separate reduce calls that would serialise on the roots.
+  // No native reduce-scatter (gloo, several hosts). One all-reduce of the concatenated inputs moves
+  // 2(n-1)/n of the data per rank where a ring reduce-scatter moves (n-1)/n: at most twice the
+  // optimum, in a single collective, against n separate reduce calls that would serialise on the
+  // roots.
   std::vector<at::Tensor> flat;
   for (const auto& input : inputs) flat.push_back(input.reshape(-1));
   at::Tensor all = at::cat(flat);
@@ -255,30 +258,29 @@ void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, Redu
 }
 
 void send(const at::Tensor& tensor, int dst, const ProcessGroup& group, int tag) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
-  CollectiveCall call("send", group);
+  CollectiveCall call("send", detail::Collective::kSendRecv, group);
   int peer = call.group_rank_of(dst, "dst");
   if (peer == call.group().group_rank) call.fail("a rank cannot send to itself");
-  std::vector<at::Tensor> tensors{call.stage(tensor)};
-  wait_now(call, launch(call, [&] { return call.backend().send(tensors, peer, tag); }));
+  at::Tensor staged = call.stage(tensor);
+  detail::Backend& backend = call.backend(staged);
+  wait_now(call, launch(call, [&] { return backend.send(staged, peer, tag); }));
 }
 
 void recv(at::Tensor& tensor, int src, const ProcessGroup& group, int tag) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
-  CollectiveCall call("recv", group);
+  CollectiveCall call("recv", detail::Collective::kSendRecv, group);
   int peer = call.group_rank_of(src, "src");
   if (peer == call.group().group_rank) call.fail("a rank cannot receive from itself");
   at::Tensor staged = call.stage(tensor);
-  std::vector<at::Tensor> tensors{staged};
-  wait_now(call, launch(call, [&] { return call.backend().recv(tensors, peer, tag); }));
+  detail::Backend& backend = call.backend(staged);
+  wait_now(call, launch(call, [&] { return backend.recv(staged, peer, tag); }));
   CollectiveCall::unstage(tensor, staged);
 }
 
 void barrier(const ProcessGroup& group) {
-  detail::WaitsAtOnce waits;  // the call returns only once the backend is done
-  CollectiveCall call("barrier", group);
+  CollectiveCall call("barrier", detail::Collective::kBarrier, group);
   call.verify_matching_call(at::Tensor());
-  wait_now(call, launch(call, [&] { return call.backend().barrier(); }));
+  detail::Backend& backend = call.backend(at::Tensor());
+  wait_now(call, launch(call, [&] { return backend.barrier(detail::Launch::kWaitNow); }));
 }
 
 }  // namespace ddp

@@ -33,7 +33,7 @@ bool wait_for_key(c10d::Store& store, const std::string& key,
 }  // namespace
 
 void monitored_barrier(std::chrono::milliseconds timeout, const ProcessGroup& group) {
-  detail::CollectiveCall call("monitored_barrier", group);
+  detail::CollectiveCall call("monitored_barrier", detail::Collective::kBarrier, group);
   auto& state = call.group();
   c10d::Store& store = *state.store;
   const std::string prefix =

@@ -2,7 +2,8 @@
 
 namespace ddp::detail {
 
-BackendReduce backend_reduce(ReduceOp op, const at::Tensor& tensor, const CollectiveCall& call) {
+BackendReduce backend_reduce(ReduceOp op, const at::Tensor& tensor, const CollectiveCall& call,
+                             const Backend& backend) {
   const auto dtype = tensor.scalar_type();
   const bool bitwise = op == ReduceOp::BAND || op == ReduceOp::BOR || op == ReduceOp::BXOR;
   if (bitwise && !c10::isIntegralType(dtype, /*includeBool=*/true)) {
@@ -17,6 +18,8 @@ BackendReduce backend_reduce(ReduceOp op, const at::Tensor& tensor, const Collec
     case ReduceOp::SUM:
       return {c10d::ReduceOp::SUM};
     case ReduceOp::AVG:
+      // Integer averages truncate here, as documented; NCCL's own AVG is for floating types.
+      if (backend.averages_natively() && c10::isFloatingType(dtype)) return {c10d::ReduceOp::AVG};
       return {c10d::ReduceOp::SUM, true};
     case ReduceOp::PRODUCT:
       return {c10d::ReduceOp::PRODUCT};

@@ -1,7 +1,7 @@
 #include "common/error_context.h"
 
 #include "ddp/errors.h"
-#include "process_group/default_group.h"
+#include "process_group/process_state.h"
 
 namespace ddp::detail {
 

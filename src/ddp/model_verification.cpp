@@ -9,7 +9,6 @@
 #include "collectives/unverified.h"
 #include "common/error_context.h"
 #include "ddp/collectives.h"
-#include "process_group/waits_at_once.h"
 
 namespace ddp::detail {
 namespace {
@@ -93,7 +92,7 @@ void verify_model_across_ranks(const NamedTensors& parameters, const NamedTensor
 
 void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGroup& group) {
   constexpr int64_t kBucketBytes = 250ll << 20;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
   const int src = group.ranks()[0];
@@ -109,10 +108,7 @@ void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGr
         ++end;
       }
       at::Tensor buffer = at::cat(flat);
-      {
-        WaitsAtOnce waits;
-        broadcast_async(buffer, src, group, /*verify=*/false).wait();
-      }
+      broadcast_async(buffer, src, group, /*verify=*/false, Launch::kWaitNow).wait();
       int64_t offset = 0;
       for (size_t i = begin; i < end; ++i) {
         members[i].copy_(buffer.narrow(0, offset, members[i].numel()).view_as(members[i]));

@@ -1,17 +1,20 @@
 // GroupState: what a ProcessGroup handle points to.
 //
-// One GroupState per group this process knows, members and non-members alike. It owns the c10d
-// backend (null for non-members) and the group's prefixed store. Fields are written once, when
-// the group is created, except `destroyed` (set by destroy_process_group) and the counters, which
-// collectives touch from the thread that issues them.
+// One GroupState per group this process knows, members and non-members alike. It owns the
+// group's backends (none for non-members), in the order they are asked (backend.h), and the
+// group's prefixed store. Fields are written once, when the group is created, except `destroyed`
+// (set by destroy_process_group) and the counter, which collectives touch from the thread that
+// issues them.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
+
+#include "process_group/backend.h"
 
 namespace ddp::detail {
 
@@ -20,10 +23,10 @@ struct GroupState {
   std::vector<int> global_ranks;  // members, in group-rank order
   int group_rank = -1;            // -1: this process is not a member
   int global_rank = -1;
-  std::string backend_name;
+  std::string backend_name;  // what get_backend() says: the backend of CPU tensors, or "nccl"
   std::chrono::milliseconds timeout{0};
   bool verify_collectives = true;
-  c10::intrusive_ptr<c10d::ProcessGroup> backend;  // null for non-members
+  std::vector<std::shared_ptr<Backend>> backends;  // preferred first; empty for non-members
   c10::intrusive_ptr<c10d::Store> store;           // this group's own keys
   std::atomic<bool> destroyed{false};
   std::atomic<uint64_t> monitored_barrier_count{0};
@@ -32,6 +35,10 @@ struct GroupState {
   bool is_member() const { return group_rank >= 0; }
   /// The group rank of a global rank, -1 when it is not a member.
   int to_group_rank(int global) const;
+  /// The first backend that takes `collective` on tensors like `like`; null when none does.
+  Backend* backend_for(Collective collective, const at::Tensor& like) const;
+  /// Releases the backends (joins their threads, closes their connections).
+  void release();
 };
 
 }  // namespace ddp::detail

@@ -1,7 +1,7 @@
 #include "ddp/process_group.h"
 
 #include "common/error_context.h"
-#include "process_group/default_group.h"
+#include "process_group/process_state.h"
 
 namespace ddp {
 

@@ -10,7 +10,6 @@
 
 #include "collectives/unverified.h"
 #include "common/error_context.h"
-#include "process_group/waits_at_once.h"
 #include "reducer/bucket_assignment.h"
 #include "reducer/call_after_accumulation.h"
 
@@ -48,8 +47,13 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
       // As PyTorch's DDP averages: each gradient times 1/world_size, then the sum. One value for
       // the bucket copies and the backend's lists, so that both routes give the same bits.
       average_(1.0 / world_size_),
-      average_factor_(at::native::wrapped_scalar_tensor(average_)),
-      group_reduces_in_place_(reduces_lists_in_place(group_)) {
+      average_factor_(at::native::wrapped_scalar_tensor(average_)) {
+  for (const auto& parameter : parameters_) {
+    const auto dtype = parameter.scalar_type();
+    // PREMUL_SUM with a double factor is defined for floats and doubles.
+    reduced_in_place_.push_back((dtype == at::kFloat || dtype == at::kDouble) &&
+                                reduces_lists_in_place(group_, parameter));
+  }
   // Gradients become ready roughly in reverse registration order: start from that order, with a
   // small first bucket, until the first iteration tells the real order.
   std::vector<size_t> order;
@@ -59,7 +63,6 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   local_used_ = at::zeros({static_cast<int64_t>(parameters_.size())}, at::kInt);
   grads_before_.resize(parameters_.size());
   averaged_.resize(parameters_.size());
-  exclusive_before_.resize(parameters_.size());
   install_hooks();
   reset_iteration();
 }
@@ -80,7 +83,7 @@ void Reducer::install_hooks() {
 }
 
 void Reducer::initialize_buckets(const std::vector<std::vector<size_t>>& assignment) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   buckets_.clear();
   slots_.assign(parameters_.size(), Slot{});
   for (const auto& indices : assignment) {
@@ -103,7 +106,7 @@ void Reducer::initialize_buckets(const std::vector<std::vector<size_t>>& assignm
 }
 
 void Reducer::allocate(Bucket& bucket) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   int64_t total = 0;
   for (size_t index : bucket.parameters) total += parameters_[index].numel();
   bucket.buffer = at::zeros({total}, parameters_[bucket.parameters[0]].options());
@@ -147,10 +150,7 @@ void Reducer::rebuild_buckets() {
   for (size_t i = 0; i < ready_order_.size(); ++i) {
     order[static_cast<int64_t>(i)] = static_cast<int64_t>(ready_order_[i]);
   }
-  {
-    WaitsAtOnce waits;
-    broadcast_async(order, group_.ranks()[0], group_, /*verify=*/false).wait();
-  }
+  broadcast_async(order, group_.ranks()[0], group_, /*verify=*/false, Launch::kWaitNow).wait();
   std::vector<size_t> rank0_order;
   for (int64_t i = 0; i < order.numel(); ++i) {
     rank0_order.push_back(static_cast<size_t>(order[i].item<int64_t>()));
@@ -244,14 +244,8 @@ std::vector<size_t> Reducer::find_unused(const std::vector<at::Tensor>& outputs)
 void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
   std::lock_guard<std::mutex> lock(mutex_);
   armed_ = true;
-  if (group_reduces_in_place_) {
-    // What each .grad is before backward, for route_of. Held, so that a tensor autograd makes
-    // later cannot take a freed one's address.
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      grads_before_[i] = parameters_[i].grad();
-      exclusive_before_[i] =
-          grads_before_[i].defined() && grads_before_[i].storage().use_count() == 1;
-    }
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (reduced_in_place_[i]) grads_before_[i] = GradBefore::of(parameters_[i].grad());
   }
   if (!options_.find_unused_parameters) return;
   if (!options_.static_graph || !static_unused_known_) {
@@ -320,33 +314,12 @@ void Reducer::mark_ready(size_t index, bool got_gradient) {
 }
 
 bool Reducer::reduces_in_place(const Bucket& bucket) const {
-  const at::Tensor& parameter = parameters_[bucket.parameters[0]];  // all of one dtype and device
-  const auto dtype = parameter.scalar_type();
-  return group_reduces_in_place_ && !comm_hook_ && parameter.device().is_cpu() &&
-         (dtype == at::kFloat || dtype == at::kDouble);
-}
-
-Reducer::Route Reducer::route_of(size_t index, const at::Tensor& grad) const {
-  const at::Tensor& parameter = parameters_[index];
-  const bool dense = grad.is_contiguous() && grad.layout() == at::kStrided &&
-                     grad.scalar_type() == parameter.scalar_type() &&
-                     grad.device() == parameter.device();
-  if (!dense) return Route::kBucket;
-  const at::Tensor& before = grads_before_[index];
-  const bool same = before.defined() && before.unsafeGetTensorImpl() == grad.unsafeGetTensorImpl();
-  // Accumulated into, in place, by this backward, in memory nothing else held before it: nobody
-  // but the reducer touches it until finalize_backward.
-  if (same && exclusive_before_[index]) return Route::kInGrad;
-  // Made by this backward (autograd stole the incoming gradient, or copied it). It may share
-  // memory with gradients still flowing back, or with another parameter's .grad, so the backend
-  // must not write it before backward ends; but autograd only ever reads such memory, so the
-  // backend may read it while backward goes on.
-  if (!same && grad.use_count() == 1) return Route::kReadGrad;
-  return Route::kBucket;  // anything else (a .grad shared with other tensors) is copied at once
+  // A bucket's parameters share one dtype and device.
+  return !comm_hook_ && reduced_in_place_[bucket.parameters[0]];
 }
 
 void Reducer::stage_gradient(size_t index, bool got_gradient) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor& grad = parameters_[index].mutable_grad();
   Bucket& bucket = buckets_[slots_[index].bucket];
   const size_t position = slots_[index].position;
@@ -357,7 +330,7 @@ void Reducer::stage_gradient(size_t index, bool got_gradient) {
   // Not for a parameter this rank did not use: its .grad must stay untouched if no rank used it.
   const Route route =
       in_place && got_gradient && grad.defined() && !options_.gradient_as_bucket_view
-          ? route_of(index, grad)
+          ? route_of(parameters_[index], grad, grads_before_[index])
           : Route::kBucket;
   if (route == Route::kBucket && !bucket.buffer.defined()) allocate(bucket);
   at::Tensor* view = route == Route::kBucket ? &bucket.views[position] : nullptr;
@@ -382,23 +355,14 @@ void Reducer::stage_gradient(size_t index, bool got_gradient) {
 
 void Reducer::prepare_average_of(size_t index, const at::Tensor& grad) {
   at::Tensor& average = averaged_[index];
-  // Reused once nothing but the reducer holds it or its memory: the optimizer dropped it from
-  // .grad (zero_grad with set_to_none), and nobody kept it. Then nobody can reach it any more.
-  const bool reusable = average.defined() && average.use_count() == 1 &&
-                        average.storage().use_count() == 1 && average.sizes() == grad.sizes();
-  if (!reusable) average = at::empty(grad.sizes(), grad.options());
+  if (!can_reuse_average(average, grad)) average = at::empty(grad.sizes(), grad.options());
 }
 
 void Reducer::hand_average_to_grad(size_t index, const at::Tensor& grad_at_hook) {
   at::Tensor& grad = parameters_[index].mutable_grad();
-  // The .grad that this backward made, held by nothing but .grad and the reducer, in memory
-  // nothing else holds (autograd holds no gradient once backward is over): nobody can tell it
-  // from the average, which replaces it. Otherwise (it shares memory with another parameter's
-  // .grad, a hook replaced or kept it) the average is copied into it, as PyTorch's DDP does.
-  const bool unseen = grad.unsafeGetTensorImpl() == grad_at_hook.unsafeGetTensorImpl() &&
-                      grad.use_count() == 2 && grad.storage().use_count() == 1 &&
-                      !grad.requires_grad();
-  if (unseen) {
+  // Otherwise (it shares memory with another parameter's .grad, a hook replaced or kept it) the
+  // average is copied into it, as PyTorch's DDP does.
+  if (can_replace_grad(grad, grad_at_hook)) {
     grad = averaged_[index];
   } else {
     grad.copy_(averaged_[index]);
@@ -442,7 +406,7 @@ void Reducer::launch_ready_buckets() {
 
 void Reducer::finalize_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& bucket : buckets_) bucket.work.wait();
   const int32_t* used = nullptr;
   if (options_.find_unused_parameters) {
@@ -474,7 +438,7 @@ void Reducer::finalize_backward() {
   if (options_.find_unused_parameters) local_used_.zero_();
   for (auto& bucket : buckets_) bucket.grads.assign(bucket.grads.size(), at::Tensor());
   release_unused_buffers();
-  grads_before_.assign(parameters_.size(), at::Tensor());
+  grads_before_.assign(parameters_.size(), GradBefore());
   finalized_ = true;
   armed_ = false;
 }

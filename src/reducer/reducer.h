@@ -7,16 +7,15 @@
 // so that every rank issues the same collectives in the same order whatever order its gradients
 // arrive in. The last launch queues finalize_backward on the autograd engine, which runs once
 // backward is over: it waits for every bucket and writes the averaged gradients to .grad.
-// Where the backend reduces lists of tensors where they are (shm on one host) and no comm hook
-// is set, the multiplication happens as the backend sums, and each gradient takes one of three
-// routes (Route): the copy into the bucket is skipped for every dense .grad, and the copy back too
-// for a .grad that existed before backward and shares its memory with nothing; a .grad made by
-// this backward is replaced by a tensor of the reducer's that holds its average. The others (no
-// gradient on this rank, non-contiguous, another dtype, gradient_as_bucket_view) go through their
-// bucket view as before; a bucket's buffer is allocated only while some gradient goes through
-// it (after a backward in which none did, it is freed). A kInGrad .grad is written by the
-// op queue's thread while backward goes on (as gradient_as_bucket_view's bucket is); it holds its
-// average once backward returns, like every other.
+// Where a backend of the group reduces lists of tensors where they are (shm on one host) and no
+// comm hook is set, the multiplication happens as the backend sums, and each gradient takes one
+// of the routes of gradient_routes.h: read where autograd left it, without the copies into and
+// out of the bucket. A bucket's buffer is allocated only while some gradient goes through it
+// (after a backward in which none did, it is freed). A kInGrad .grad is written by the backend's
+// thread while backward goes on (as gradient_as_bucket_view's bucket is); it holds its average
+// once backward returns, like every other.
+// On CUDA, buckets live on the gradients' device and the backend's work (NCCL) is ordered with
+// the stream that reads the averages when the reducer waits for it, without a host sync.
 // After the first iteration the buckets are rebuilt once, in the order gradients actually became
 // ready (rank 0's order, broadcast), so that the first bucket fills first.
 //
@@ -32,6 +31,7 @@
 
 #include "ddp/comm_hooks.h"
 #include "ddp/process_group.h"
+#include "reducer/gradient_routes.h"
 
 namespace ddp::detail {
 
@@ -67,11 +67,7 @@ class Reducer {
   /// For tests and logging: the parameter indices of each bucket, in reduction order.
   std::vector<std::vector<size_t>> bucket_indices() const;
   /// How a parameter's gradient reached the reduction in this iteration.
-  enum class Route : uint8_t {
-    kBucket,    // copied into its bucket view (or aliased by it), reduced there, copied back
-    kReadGrad,  // read from .grad, made by this backward; the average replaces it (or is copied)
-    kInGrad,    // reduced in .grad itself: no copy either way
-  };
+  using Route = detail::Route;
   /// For tests: each parameter's route in the last backward, by parameter index.
   std::vector<Route> routes() const;
   /// For tests: the bytes of the buckets' buffers now allocated.
@@ -105,7 +101,6 @@ class Reducer {
   // got_gradient: false for a parameter marked ready because the outputs do not reach it.
   void mark_ready(size_t index, bool got_gradient);
   bool reduces_in_place(const Bucket& bucket) const;
-  Route route_of(size_t index, const at::Tensor& grad) const;
   // Copies (or, in place, leaves) the gradient where the bucket's reduction will find it.
   void stage_gradient(size_t index, bool got_gradient);
   // kReadGrad: makes averaged_[index] ready to take the average of grad.
@@ -121,9 +116,10 @@ class Reducer {
   ProcessGroup group_;
   ReducerOptions options_;
   int world_size_;
-  double average_;               // 1/world_size
-  at::Tensor average_factor_;    // the same, a wrapped scalar as PyTorch's reducer uses
-  bool group_reduces_in_place_;  // the backend takes premultiplied lists (unverified.h)
+  double average_;             // 1/world_size
+  at::Tensor average_factor_;  // the same, a wrapped scalar as PyTorch's reducer uses
+  // By parameter: a backend of the group reduces lists of tensors like it in place (unverified.h).
+  std::vector<bool> reduced_in_place_;
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
   std::vector<uintptr_t> hook_keys_;
 
@@ -145,8 +141,7 @@ class Reducer {
   Work used_work_;
   at::Tensor global_used_;
   std::vector<size_t> ready_order_;       // first synchronized iteration's order, for the rebuild
-  std::vector<at::Tensor> grads_before_;  // each .grad at prepare_for_backward (shm lists only)
-  std::vector<bool> exclusive_before_;    // ... and whether nothing else shared its memory
+  std::vector<GradBefore> grads_before_;  // each .grad at prepare_for_backward (lists only)
   // Per parameter, for kReadGrad: the tensor its average is written into, which then replaces
   // the .grad that backward made. It stays .grad until zero_grad drops it, and is written again
   // only once nothing but the reducer holds it.

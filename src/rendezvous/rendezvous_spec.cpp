@@ -171,9 +171,6 @@ void resolve_env_address(const EnvLookup& env, RendezvousSpec& spec) {
   spec.host = *addr;
   spec.port = parse_port("environment variable MASTER_PORT", *port);
   spec.use_agent_store = env("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
-  if (auto restarts = env("TORCHELASTIC_RESTART_COUNT")) {
-    spec.restart_count = parse_int(*restarts).value_or(0);
-  }
 }
 
 }  // namespace
@@ -245,6 +242,11 @@ RendezvousSpec parse_rendezvous(const std::string& init_method, int rank, int wo
   }
   resolve_rank(rank, world_size, query, env, spec);
   if (auto ifname = env("GLOO_SOCKET_IFNAME")) spec.gloo_socket_ifname = *ifname;
+  if (auto restarts = env("TORCHELASTIC_RESTART_COUNT")) {
+    spec.restart_count = parse_int(*restarts).value_or(0);
+  }
+  if (auto run_id = env("TORCHELASTIC_RUN_ID")) spec.run_id = *run_id;
+  if (auto host_id = env("DDP_CPP_HOST_ID")) spec.host_id = *host_id;
   return spec;
 }
 

@@ -32,7 +32,9 @@ struct RendezvousSpec {
   std::string rank_source;         // "options", "RANK/WORLD_SIZE", ... for messages
   bool use_agent_store = false;    // torchrun's static rendezvous: every rank is a store client
   int restart_count = 0;           // TORCHELASTIC_RESTART_COUNT
+  std::string run_id = "job";      // TORCHELASTIC_RUN_ID: names the job's shared-memory segments
   std::string gloo_socket_ifname;  // GLOO_SOCKET_IFNAME, read here, at the edge
+  std::string host_id;  // DDP_CPP_HOST_ID: a testing aid, ranks of one machine posing as hosts
 
   std::string describe() const;  // "tcp://127.0.0.1:29500" or "file:///tmp/x", for messages
 };

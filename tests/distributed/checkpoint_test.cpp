@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "compat/libtorch_compat.h"
 #include "ddp/ddp.h"
 #include "support/multiprocess.h"
 
@@ -227,8 +228,9 @@ print("momentum_of_0.weight", repr(opt.state[m[0].weight]["momentum_buffer"].dou
     EXPECT_EQ(group.momentum(), 0.75);
     ASSERT_EQ(sgd.state().size(), 6u);
     const auto& weight = b[0]->as<torch::nn::Linear>()->weight;
-    const auto& state = static_cast<const torch::optim::SGDParamState&>(
-        *sgd.state().at(c10::guts::to_string(weight.unsafeGetTensorImpl())));
+    const auto* weight_state = ddp::compat::optimizer_state_of(sgd, weight);
+    ASSERT_NE(weight_state, nullptr);
+    const auto& state = static_cast<const torch::optim::SGDParamState&>(*weight_state);
     EXPECT_NEAR(state.momentum_buffer().to(torch::kDouble).sum().item<double>(),
                 sums.at("momentum_of_0.weight"), 1e-6);
   });

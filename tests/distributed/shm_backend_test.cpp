@@ -146,7 +146,10 @@ TEST(ShmBackend, TensorListsReduceAsOneBufferWithPremultipliedSums) {
   const std::string job = job_id("lists");
   run_ranks_ok(world, [world, job](int rank) {
     init_shm(job);
-    ASSERT_TRUE(ddp::detail::reduces_lists_in_place(ddp::ProcessGroup()));
+    ASSERT_TRUE(ddp::detail::reduces_lists_in_place(ddp::ProcessGroup(), torch::ones({1})));
+    // Only the CPU floats it reduces in shared memory: DDP copies anything else into buckets.
+    ASSERT_FALSE(ddp::detail::reduces_lists_in_place(ddp::ProcessGroup(),
+                                                     torch::ones({1}).t().expand({2, 2})));
     for (auto dtype : {torch::kFloat, torch::kDouble}) {
       // 5: one phase; (3 << 18) + 5: several rounds, slices that straddle the pieces.
       for (int64_t numel : {int64_t(5), int64_t((3 << 18) + 5)}) {
@@ -253,11 +256,11 @@ TEST(ShmBackend, HierarchicalAcrossPosedHostsEqualsFlatGloo) {
     run_ranks_ok(4, [&hosts, job](int rank) {
       ::setenv("DDP_CPP_HOST_ID", hosts[rank].c_str(), 1);
       init_shm(job, "auto");
-      ASSERT_EQ(ddp::get_backend(), "shm");
+      ASSERT_EQ(ddp::get_backend(), "hierarchical");
       // Between hosts the all-reduce needs one flat buffer: DDP keeps its buckets.
-      ASSERT_FALSE(ddp::detail::reduces_lists_in_place(ddp::ProcessGroup()));
+      ASSERT_FALSE(ddp::detail::reduces_lists_in_place(ddp::ProcessGroup(), torch::ones({1})));
       auto gloo = ddp::new_group({0, 1, 2, 3}, "gloo");
-      ASSERT_FALSE(ddp::detail::reduces_lists_in_place(gloo));
+      ASSERT_FALSE(ddp::detail::reduces_lists_in_place(gloo, torch::ones({1})));
       for (int64_t numel : kCounts) {
         for (auto op : {ddp::ReduceOp::SUM, ddp::ReduceOp::MAX, ddp::ReduceOp::PRODUCT}) {
           auto ours = input_of(rank, numel, torch::kFloat, false);
@@ -361,7 +364,7 @@ TEST(ShmBackend, ARankWithItsOwnDevShmIsAnotherHostUnderAuto) {
       ASSERT_TRUE(give_this_process_its_own_dev_shm());
     }
     init_shm(job, "auto");
-    EXPECT_EQ(ddp::get_backend(), "shm");  // ranks 0 and 2 share a host
+    EXPECT_EQ(ddp::get_backend(), "hierarchical");  // ranks 0 and 2 share a host, 1 is apart
     auto t = torch::full({100003}, float(rank + 1));
     ddp::all_reduce(t);
     EXPECT_EQ(t[100002].item<float>(), 6.0f);

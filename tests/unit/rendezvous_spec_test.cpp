@@ -158,3 +158,19 @@ TEST(RendezvousSpec, TorchrunAgentStoreIsDetected) {
   EXPECT_TRUE(spec.use_agent_store);
   EXPECT_EQ(spec.restart_count, 2);
 }
+
+TEST(RendezvousSpec, WhatTheBackendsNeedIsReadHereWhateverTheInitMethod) {
+  auto spec = parse_rendezvous("tcp://h:1", 0, 2,
+                               env_of({{"TORCHELASTIC_RUN_ID", "job7"},
+                                       {"TORCHELASTIC_RESTART_COUNT", "3"},
+                                       {"DDP_CPP_HOST_ID", "hostB"},
+                                       {"GLOO_SOCKET_IFNAME", "eth1"}}));
+  EXPECT_EQ(spec.run_id, "job7");
+  EXPECT_EQ(spec.restart_count, 3);
+  EXPECT_EQ(spec.host_id, "hostB");
+  EXPECT_EQ(spec.gloo_socket_ifname, "eth1");
+  auto plain = parse_rendezvous("file:///tmp/x", 0, 1, env_of({}));
+  EXPECT_EQ(plain.run_id, "job");
+  EXPECT_EQ(plain.restart_count, 0);
+  EXPECT_TRUE(plain.host_id.empty());
+}

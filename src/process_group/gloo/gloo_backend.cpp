@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/error_context.h"
+#include "process_group/c10d_backend.h"
 
 namespace ddp::detail {
 namespace {
@@ -48,10 +49,11 @@ void wait_until_every_arrived_rank_has_looked(c10d::Store& store, int group_rank
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_backend(
-    const c10::intrusive_ptr<c10d::Store>& store, int group_rank, int group_size,
-    std::chrono::milliseconds timeout, const GlooDeviceChoice& device,
-    const std::string& operation) {
+std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                           int group_rank, int group_size,
+                                           std::chrono::milliseconds timeout,
+                                           const GlooDeviceChoice& device,
+                                           const std::string& operation) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   // Two threads, as torch.distributed's Python binding uses: one collective can progress while
   // the next is being queued.
@@ -74,7 +76,11 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_backend(
         error);
   }
   try {
-    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, options);
+    C10dTraits traits;
+    traits.name = "gloo";
+    return std::make_shared<C10dBackend>(
+        c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, options),
+        std::move(traits));
   } catch (const std::exception& error) {
     std::vector<int> arrived = ranks_that_arrived(*store, group_size);
     wait_until_every_arrived_rank_has_looked(*store, group_rank, arrived, timeout);

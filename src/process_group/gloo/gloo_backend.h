@@ -1,12 +1,15 @@
-// Creates c10d's ProcessGroupGloo for one group: the transport under every collective of a CPU
-// job. Construction is collective over the group's members (gloo connects a full mesh through the
-// store); when a member never arrives, the error names the group ranks that did.
+// The gloo backend: c10d's ProcessGroupGloo behind our Backend interface (c10d_backend.h), the
+// transport of every collective on CPU tensors that shared memory does not carry. Construction
+// is collective over the group's members (gloo connects a full mesh through the store); when a
+// member never arrives, the error names the group ranks that did.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "process_group/backend.h"
 
 namespace ddp::detail {
 
@@ -15,9 +18,10 @@ struct GlooDeviceChoice {
   std::string hostname;   // bind to this address; empty: the host's default address
 };
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_backend(
-    const c10::intrusive_ptr<c10d::Store>& store, int group_rank, int group_size,
-    std::chrono::milliseconds timeout, const GlooDeviceChoice& device,
-    const std::string& operation);
+std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                           int group_rank, int group_size,
+                                           std::chrono::milliseconds timeout,
+                                           const GlooDeviceChoice& device,
+                                           const std::string& operation);
 
 }  // namespace ddp::detail

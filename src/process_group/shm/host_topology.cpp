@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -21,9 +20,8 @@ std::string first_line_of(const char* path) {
 
 }  // namespace
 
-std::string local_host_identity() {
-  const char* declared = std::getenv("DDP_CPP_HOST_ID");
-  if (declared && *declared) return declared;
+std::string local_host_identity(const std::string& declared) {
+  if (!declared.empty()) return declared;
   char name[256] = {0};
   if (gethostname(name, sizeof(name) - 1) != 0) name[0] = 0;
   // The hostname alone is not enough: containers with --network=host share it but may each have

@@ -27,11 +27,11 @@ struct HostTopology {
   static HostTopology from_ids(const std::vector<std::string>& host_id_by_rank);
 };
 
-/// This process's host identity: DDP_CPP_HOST_ID when set (a testing aid: ranks of one machine
-/// that declare different ids act as different hosts); otherwise the hostname, the boot id, the
-/// device of /dev/shm and the pid namespace, so that containers sharing a hostname but not
-/// /dev/shm or pids are not mistaken for one host.
-std::string local_host_identity();
+/// This process's host identity: `declared` when not empty (DDP_CPP_HOST_ID, read at the edge: a
+/// testing aid, ranks of one machine that declare different ids act as different hosts);
+/// otherwise the hostname, the boot id, the device of /dev/shm and the pid namespace, so that
+/// containers sharing a hostname but not /dev/shm or pids are not mistaken for one host.
+std::string local_host_identity(const std::string& declared);
 
 /// Collective over the world: every rank publishes its host identity in the store and reads
 /// everybody's, in rank order. Ranks that publish none within `timeout` are named in the error

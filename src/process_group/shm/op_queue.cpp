@@ -1,7 +1,6 @@
 #include "process_group/shm/op_queue.h"
 
 #include "ddp/errors.h"
-#include "process_group/waits_at_once.h"
 
 namespace ddp::detail {
 
@@ -25,8 +24,8 @@ OpQueue::~OpQueue() {
   }
 }
 
-c10::intrusive_ptr<OpWork> OpQueue::submit(int rank, c10d::OpType type,
-                                           std::function<void()> body) {
+c10::intrusive_ptr<OpWork> OpQueue::submit(int rank, c10d::OpType type, std::function<void()> body,
+                                           Launch launch) {
   auto work = c10::make_intrusive<OpWork>(shared_from_this(), rank, type);
   std::unique_lock<std::mutex> lock(mutex_);
   if (stopping_) {
@@ -37,7 +36,7 @@ c10::intrusive_ptr<OpWork> OpQueue::submit(int rank, c10d::OpType type,
   pending_.push_back(Op{std::move(body), work});
   // Waking the worker costs more than a small collective (it takes a core from a peer rank); skip
   // it when the caller is about to wait, and so run the op, itself.
-  if (!WaitsAtOnce::active()) changed_.notify_all();
+  if (launch == Launch::kAsync) changed_.notify_all();
   return work;
 }
 

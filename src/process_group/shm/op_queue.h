@@ -17,6 +17,8 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "process_group/backend.h"
+
 namespace ddp::detail {
 
 class OpQueue;
@@ -39,7 +41,9 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   ~OpQueue();
 
   /// Queues `body`; the returned work completes when it has run (with its exception, if any).
-  c10::intrusive_ptr<OpWork> submit(int rank, c10d::OpType type, std::function<void()> body);
+  /// With Launch::kWaitNow the worker is not woken: the caller runs the op when it waits.
+  c10::intrusive_ptr<OpWork> submit(int rank, c10d::OpType type, std::function<void()> body,
+                                    Launch launch);
   /// Runs queued ops on this thread until `work` is complete (or another thread runs them).
   void help_until(const OpWork& work);
   /// Fails the ops still queued and joins the thread; later submits fail at once.

@@ -1,0 +1,43 @@
+#include "compat/libtorch_compat.h"
+
+#include <torch/optim/optimizer.h>
+
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+namespace ddp::compat {
+namespace {
+
+using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+using StateKey = StateMap::key_type;
+
+// What libtorch itself keys a parameter's state by (Optimizer::step does the same). A template,
+// so that only the branch of this libtorch's key type is compiled.
+template <typename Key>
+Key key_for(void* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;  // 1.13: c10::guts::to_string of the pointer
+    text << impl;
+    return text.str();
+  } else {
+    return impl;
+  }
+}
+
+StateKey key_of(const at::Tensor& param) { return key_for<StateKey>(param.unsafeGetTensorImpl()); }
+
+}  // namespace
+
+const torch::optim::OptimizerParamState* optimizer_state_of(
+    const torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  auto found = optimizer.state().find(key_of(param));
+  return found == optimizer.state().end() ? nullptr : found->second.get();
+}
+
+void set_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                         std::unique_ptr<torch::optim::OptimizerParamState> state) {
+  optimizer.state()[key_of(param)] = std::move(state);
+}
+
+}  // namespace ddp::compat

@@ -1,0 +1,106 @@
+// Backend: the one interface between the layers above src/process_group/ and a transport.
+//
+// Every transport implements it: gloo (c10d's ProcessGroupGloo, any host), shm (the ranks of one
+// host, through shared memory), hierarchical (shm inside each host, gloo between one leader per
+// host) and NCCL (CUDA tensors, on CUDA builds of libtorch). A group holds an ordered list of
+// backends (group_state.h) and gives each call to the first that takes it (takes()): CUDA tensors
+// to NCCL, dense CPU tensors to shm, everything else to gloo. The collectives and the reducer
+// never name a backend; they ask what the group can do (takes(), averages_natively()) and call
+// it through this interface. The interface is ours, not c10d's, so that libtorch's own (a
+// c10d::ProcessGroup in 1.13, a c10d::Backend behind a dispatching front in 2.x) can change
+// without reaching above this layer.
+//
+// Every call is asynchronous: it returns a c10d::Work that completes when the tensors hold the
+// result. Tensors are dense and contiguous (the caller stages them), of the device the backend
+// said it takes. Ranks are group ranks. Thread-safety: as c10d's process groups; calls may come
+// from several threads, and each backend runs its own calls in the order they were issued.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+namespace ddp::detail {
+
+using BackendWork = c10::intrusive_ptr<c10d::Work>;
+using RedOp = c10d::ReduceOp::RedOpType;
+
+/// How the caller of a collective will wait for it.
+enum class Launch : uint8_t {
+  /// The caller goes on (an async collective, a DDP bucket): the op must progress on its own.
+  kAsync,
+  /// The caller waits for it at once (a synchronous collective): a backend that runs its ops on a
+  /// thread of its own may run this one on the caller's thread instead. Waking a thread costs
+  /// tens of microseconds on a machine whose cores are all busy with ranks, more than a small
+  /// collective.
+  kWaitNow,
+};
+
+/// The calls of the interface, for takes().
+enum class Collective : uint8_t {
+  kAllReduce,
+  kBroadcast,
+  kAllGather,
+  kReduceScatter,  // natively: each rank reduces only its own part
+  kBarrier,
+  kReduce,
+  kGather,
+  kScatter,
+  kSendRecv,
+  kAllReduceLists,  // lists reduced where they are, PREMUL_SUM with a factor (DDP's buckets)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  /// "gloo", "shm", "hierarchical", "nccl": what get_backend() and messages say.
+  virtual std::string name() const = 0;
+  /// True when this backend carries `collective` on tensors like `like` (its device, dtype and
+  /// layout; undefined for a barrier). The group asks its backends in order.
+  virtual bool takes(Collective collective, const at::Tensor& like) const = 0;
+  /// True when ReduceOp AVG runs in the backend itself; otherwise the layer above sums and
+  /// divides.
+  virtual bool averages_natively() const { return false; }
+
+  virtual BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch) = 0;
+  virtual BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) = 0;
+  /// outputs[r] receives group rank r's input; one per group rank, each like input.
+  virtual BackendWork all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input,
+                                 Launch launch) = 0;
+  virtual BackendWork barrier(Launch launch) = 0;
+  /// Only where takes(kReduceScatter): output = op over ranks of inputs[this rank].
+  virtual BackendWork reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, RedOp op,
+                                     Launch launch);
+  virtual BackendWork reduce(at::Tensor& tensor, int root, RedOp op) = 0;
+  /// outputs: one per group rank on the root, empty elsewhere.
+  virtual BackendWork gather(std::vector<at::Tensor>& outputs, at::Tensor& input, int root) = 0;
+  /// inputs: one per group rank on the root, empty elsewhere.
+  virtual BackendWork scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, int root) = 0;
+  virtual BackendWork send(at::Tensor& tensor, int peer, int tag) = 0;
+  virtual BackendWork recv(at::Tensor& tensor, int peer, int tag) = 0;
+  /// Only where takes(kAllReduceLists): outputs[i] = the sum over ranks of inputs[i] * factor
+  /// (PREMUL_SUM: each product rounded, summed in rank order) or op over ranks of inputs[i], the
+  /// lists reduced as one run of elements. The inputs are only read, and only while the op runs;
+  /// outputs[i] may be inputs[i].
+  virtual BackendWork all_reduce_lists(std::vector<at::Tensor> inputs,
+                                       std::vector<at::Tensor> outputs, RedOp op, double factor,
+                                       Launch launch);
+
+  /// torch.distributed's handshake after a group is made: rank 0 publishes the collective
+  /// sequence number through the store, and Python ranks of the job wait for it.
+  virtual void set_sequence_number_for_group() {}
+
+ protected:
+  Backend() = default;
+  /// For the optional calls of a backend that does not take them: a bug above this layer.
+  [[noreturn]] void not_taken(const char* call) const;
+};
+
+}  // namespace ddp::detail

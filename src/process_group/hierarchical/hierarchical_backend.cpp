@@ -1,0 +1,144 @@
+#include "process_group/hierarchical/hierarchical_backend.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "common/error_context.h"
+#include "process_group/shm/op_queue.h"
+#include "process_group/shm/shm_backend.h"
+#include "process_group/shm/shm_reduce.h"
+
+namespace ddp::detail {
+namespace {
+
+// In the leaders' store: why the first host to fail did (see run_across_hosts).
+const char* const kHostFailureKey = "host_failure";
+
+}  // namespace
+
+HierarchicalBackend::HierarchicalBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                         HierarchySetup setup, const std::string& operation)
+    : rank_(rank), topology_(std::move(setup.topology)) {
+  host_ = topology_.host_of[rank];
+  if (topology_.leader(host_) == rank) {
+    const int leader_index = host_;  // hosts are numbered in the order of their leaders
+    leaders_store_ = c10::make_intrusive<c10d::PrefixStore>("shm_leaders", store);
+    leaders_ = setup.make_gloo(leaders_store_, leader_index, topology_.hosts());
+  }
+  const auto& members = topology_.members[host_];
+  if (members.size() > 1) {
+    ShmGroupSetup shm = setup.shm;
+    shm.host_index = host_;
+    shm.local_rank = topology_.local_rank(rank);
+    shm.global_ranks.clear();
+    for (int member : members) shm.global_ranks.push_back(setup.global_ranks[member]);
+    local_ = std::make_unique<ShmCommunicator>(*store, shm, operation);
+  }
+  queue_ = OpQueue::start();
+}
+
+HierarchicalBackend::~HierarchicalBackend() {
+  queue_->shut_down("ddp: the process group was destroyed before this collective ran");
+}
+
+bool HierarchicalBackend::takes(Collective collective, const at::Tensor& like) const {
+  return (collective == Collective::kAllReduce || collective == Collective::kBroadcast) &&
+         fits_shm(like);
+}
+
+BackendWork HierarchicalBackend::all_reduce(at::Tensor& tensor, RedOp op, Launch launch) {
+  check_reducible(tensor.scalar_type(), op, "all_reduce");
+  return queue_->submit(
+      rank_, c10d::OpType::ALLREDUCE, [this, tensor, op] { all_reduce_now(tensor, op); }, launch);
+}
+
+BackendWork HierarchicalBackend::broadcast(at::Tensor& tensor, int root, Launch launch) {
+  if (root < 0 || root >= static_cast<int>(topology_.host_of.size())) {
+    fail("broadcast", "root rank " + std::to_string(root) + " is outside the group of " +
+                          std::to_string(topology_.host_of.size()));
+  }
+  return queue_->submit(
+      rank_, c10d::OpType::BROADCAST, [this, tensor, root] { broadcast_now(tensor, root); },
+      launch);
+}
+
+void HierarchicalBackend::all_reduce_now(const at::Tensor& tensor, RedOp op) {
+  const char* operation = "all_reduce";
+  run_across_hosts(operation, [&] {
+    if (local_) {
+      local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(), op, operation);
+    }
+    if (leaders_) {
+      at::Tensor across = tensor;
+      wait_for_leaders(operation, leaders_->all_reduce(across, op, Launch::kWaitNow));
+    }
+    if (local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0, operation);
+  });
+}
+
+void HierarchicalBackend::broadcast_now(const at::Tensor& tensor, int root) {
+  const char* operation = "broadcast";
+  const int root_host = topology_.host_of[root];
+  run_across_hosts(operation, [&] {
+    if (host_ == root_host && local_) {
+      local_->broadcast(tensor.data_ptr(), tensor.nbytes(), topology_.local_rank(root));
+    }
+    if (leaders_) {
+      at::Tensor across = tensor;
+      // The leader index is the host index.
+      wait_for_leaders(operation, leaders_->broadcast(across, root_host, Launch::kWaitNow));
+    }
+    if (host_ != root_host && local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0);
+  });
+}
+
+template <typename Body>
+void HierarchicalBackend::run_across_hosts(const char* operation, Body&& body) {
+  if (!broken_.empty()) {
+    fail(operation, "this group is broken since an earlier collective failed (" + broken_ +
+                        "); destroy it and make a new one");
+  }
+  try {
+    body();
+  } catch (const std::exception& error) {
+    // The group is broken for good: this host's ranks must not wait for this one, and the other
+    // hosts must not wait for this host. A leader closes its connections to the other leaders by
+    // destroying its gloo group of them: their gloo call fails at once (instead of when this
+    // process exits, or at the timeout), and each of them breaks its own host's group in turn.
+    broken_ = error.what();
+    if (local_) local_->abort(std::string(operation) + " across hosts: " + error.what());
+    if (leaders_) {
+      try {
+        const std::string reason = error.what();  // names this rank, and the cause
+        // The first cause stays: a leader that fails only because another host failed does not
+        // overwrite it.
+        leaders_store_->compareSet(kHostFailureKey, {},
+                                   std::vector<uint8_t>(reason.begin(), reason.end()));
+      } catch (const std::exception&) {
+        // The store is gone too: the closed connections alone tell the other leaders.
+      }
+      leaders_.reset();
+    }
+    throw;
+  }
+}
+
+void HierarchicalBackend::wait_for_leaders(const char* operation, const BackendWork& work) {
+  try {
+    work->wait();
+  } catch (const std::exception& error) {
+    // Most likely another host's leader closed its connections after a failure on its host:
+    // name that failure rather than only the closed connection.
+    std::string cause;
+    try {
+      if (leaders_store_->check({kHostFailureKey})) {
+        std::vector<uint8_t> why = leaders_store_->get(kHostFailureKey);
+        cause.assign(why.begin(), why.end());
+      }
+    } catch (const std::exception&) {
+    }
+    if (cause.empty()) rethrow_backend_failure(std::string(operation) + " between hosts", error);
+    fail(operation, "another host failed, so this one stops too: " + cause);
+  }
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,85 @@
+// HierarchicalBackend: all_reduce and broadcast for a group whose ranks span several hosts.
+//
+// An all_reduce reduces within each host through shared memory (shm_communicator.h), between one
+// leader per host through a gloo group of the leaders, and broadcasts the result back within
+// each host; a broadcast goes from the root to its host's leader, across the leaders, and down
+// each host. Each host's bytes cross the network once, not once per rank. It takes dense CPU
+// tensors and those two collectives only; the group gives the others to its flat gloo group.
+//
+// A collective that fails on one host fails on every host at once: that host's leader records
+// why in the leaders' store and closes its connections to the other leaders, whose gloo calls
+// then fail at once (instead of at the timeout); each of them breaks its own host's
+// shared-memory group in turn, and every rank's error names the first failure. The backend is
+// broken for good after that.
+//
+// Thread-safety: as ShmBackend's: calls run in issue order on the backend's op queue.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "process_group/backend.h"
+#include "process_group/shm/host_topology.h"
+#include "process_group/shm/shm_communicator.h"
+
+namespace ddp::detail {
+
+class OpQueue;
+
+struct HierarchySetup {
+  HostTopology topology;          // over the group's ranks
+  std::vector<int> global_ranks;  // group rank -> global rank, for messages
+  ShmGroupSetup shm;              // job, attempt, group name and timeout of the segments
+  // Makes a gloo group over (store, rank, size): the leaders' group. Collective over them.
+  std::function<std::shared_ptr<Backend>(const c10::intrusive_ptr<c10d::Store>&, int rank,
+                                         int size)>
+      make_gloo;
+};
+
+class HierarchicalBackend : public Backend {
+ public:
+  /// Collective over the group's members.
+  HierarchicalBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, HierarchySetup setup,
+                      const std::string& operation);
+  ~HierarchicalBackend() override;
+
+  std::string name() const override { return "hierarchical"; }
+  bool takes(Collective collective, const at::Tensor& like) const override;
+
+  BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch) override;
+  BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) override;
+
+  // Never taken: the flat gloo group after this one carries them.
+  BackendWork all_gather(std::vector<at::Tensor>&, at::Tensor&, Launch) override {
+    not_taken("all_gather");
+  }
+  BackendWork barrier(Launch) override { not_taken("barrier"); }
+  BackendWork reduce(at::Tensor&, int, RedOp) override { not_taken("reduce"); }
+  BackendWork gather(std::vector<at::Tensor>&, at::Tensor&, int) override { not_taken("gather"); }
+  BackendWork scatter(at::Tensor&, std::vector<at::Tensor>&, int) override { not_taken("scatter"); }
+  BackendWork send(at::Tensor&, int, int) override { not_taken("send"); }
+  BackendWork recv(at::Tensor&, int, int) override { not_taken("recv"); }
+
+ private:
+  // Run on the op queue.
+  void all_reduce_now(const at::Tensor& tensor, RedOp op);
+  void broadcast_now(const at::Tensor& tensor, int root);
+  // The first failure breaks the group on every host at once.
+  template <typename Body>
+  void run_across_hosts(const char* operation, Body&& body);
+  // Waits for a collective of the leaders; names another host's failure where that caused it.
+  void wait_for_leaders(const char* operation, const BackendWork& work);
+
+  int rank_;
+  HostTopology topology_;
+  int host_ = 0;
+  std::shared_ptr<Backend> leaders_;               // host leaders' gloo group, on leaders
+  c10::intrusive_ptr<c10d::Store> leaders_store_;  // theirs, for the first failure's cause
+  std::string broken_;                      // why a collective failed; then every later one fails
+  std::unique_ptr<ShmCommunicator> local_;  // this host's members, when two or more
+  std::shared_ptr<OpQueue> queue_;
+};
+
+}  // namespace ddp::detail

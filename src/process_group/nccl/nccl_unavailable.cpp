@@ -1,0 +1,18 @@
+// CPU builds of libtorch: no NCCL. backend_factory.cpp asks nccl_compiled_in() before it would
+// make one, and tells the user why "nccl" is refused.
+#include "common/error_context.h"
+#include "process_group/nccl/nccl_backend.h"
+
+namespace ddp::detail {
+
+bool nccl_compiled_in() { return false; }
+
+bool nccl_usable() { return false; }
+
+std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
+                                           std::chrono::milliseconds,
+                                           const std::string& operation) {
+  fail(operation, "backend 'nccl' is not available: this libtorch was built without CUDA");
+}
+
+}  // namespace ddp::detail
