@@ -7,9 +7,13 @@
 //                  {"state": {param_index: {...}}, "param_groups": [{options..., "params": [...]}]}
 //                  (SGD and Adam);
 //   then the `extra` entries (epoch, step, ...).
+// Tensors are saved on the CPU whatever their device (torch.save's map_location="cpu", applied
+// when saving): a checkpoint written from GPU parameters loads on a machine without a GPU, in
+// Python with a plain torch.load, and into a module on any device.
 #pragma once
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
 #include <torch/arg.h>
 
 #include <map>
@@ -36,6 +40,10 @@ struct LoadOptions {
   /// the error). false: loads the entries whose names match and ignores the others. A shape
   /// mismatch is an error either way. Default: true.
   TORCH_ARG(bool, strict) = true;
+  /// Where tensors among the extra entries are placed, as torch.load's map_location. The module's
+  /// parameters and buffers, and the optimizer's state, always go where the module's parameters
+  /// are (the values are copied into them). Default: the CPU.
+  TORCH_ARG(c10::Device, map_location) = c10::Device(c10::kCPU);
 };
 
 /// Saves `module` (and `optimizer`, and `extra`) to `path`.

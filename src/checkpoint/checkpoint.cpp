@@ -19,6 +19,7 @@
 
 #include "checkpoint/optimizer_state.h"
 #include "checkpoint/python_pickle.h"
+#include "checkpoint/torch_save_format.h"
 #include "common/error_context.h"
 #include "ddp/collectives.h"
 #include "ddp/errors.h"
@@ -111,7 +112,11 @@ std::string write_atomically(const std::string& path, const std::vector<char>& b
 std::vector<char> serialize(const torch::nn::Module& module,
                             const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
   c10::Dict<std::string, at::Tensor> model;
-  for (const auto& [name, tensor] : module_state(module)) model.insert(name, tensor.detach());
+  // On the CPU whatever the device (a no-op for CPU tensors): a checkpoint saved on a GPU loads
+  // on a machine without one, and into a module on any device.
+  for (const auto& [name, tensor] : module_state(module)) {
+    model.insert(name, tensor.detach().cpu());
+  }
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("model", model);
   if (optimizer != nullptr)
@@ -121,9 +126,9 @@ std::vector<char> serialize(const torch::nn::Module& module,
       detail::fail(kSave, "an extra entry is named \"" + key +
                               "\", a name the checkpoint keeps for itself; rename it.");
     }
-    top.insert(key, value);
+    top.insert(key, value.isTensor() ? c10::IValue(value.toTensor().detach().cpu()) : value);
   }
-  return torch::jit::pickle_save(top);
+  return detail::torch_save_bytes(top);
 }
 
 std::string first_line(const std::string& text) {
@@ -222,6 +227,8 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
       if (key == "model") continue;
       if (key == "optimizer") {
         saved_optimizer = item.value();
+      } else if (item.value().isTensor()) {
+        extra[key] = item.value().toTensor().to(options.map_location());
       } else {
         extra[key] = item.value();
       }

@@ -25,7 +25,10 @@ c10::impl::GenericDict string_dict() {
   return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
 }
 
-at::Tensor saved_tensor(const at::Tensor& tensor) { return tensor.detach().clone(); }
+// A copy on the CPU, whatever the device: a checkpoint loads anywhere (see checkpoint.h).
+at::Tensor saved_tensor(const at::Tensor& tensor) {
+  return tensor.device().is_cpu() ? tensor.detach().clone() : tensor.detach().cpu();
+}
 
 // Reading: every malformed entry is one error that names the file and the entry.
 struct Reader {
@@ -117,7 +120,9 @@ c10::IValue optimizer_state_dict(const Optimizer& optimizer, const std::string& 
       saved_group.insert("amsgrad", options.amsgrad());
       saved_group.insert("maximize", false);
     }
-    c10::List<int64_t> indices;
+    // An untyped list: an int list would be pickled through torch.jit's build_intlist, which
+    // torch.load(weights_only=True) refuses.
+    c10::impl::GenericList indices(c10::AnyType::get());
     for (const auto& param : group.params()) {
       if (const auto* param_state = compat::optimizer_state_of(optimizer, param)) {
         auto saved_state = string_dict();
@@ -138,7 +143,7 @@ c10::IValue optimizer_state_dict(const Optimizer& optimizer, const std::string& 
         }
         state.insert(index, saved_state);
       }
-      indices.push_back(index++);
+      indices.push_back(c10::IValue(index++));
     }
     saved_group.insert("params", indices);
     groups.push_back(saved_group);

@@ -4,6 +4,7 @@
 
 #include <sstream>
 #include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <type_traits>
 
 namespace ddp::compat {
@@ -28,6 +29,39 @@ Key key_for(void* impl) {
 StateKey key_of(const at::Tensor& param) { return key_for<StateKey>(param.unsafeGetTensorImpl()); }
 
 }  // namespace
+
+c10::intrusive_ptr<c10d::Store> group_store(
+    const c10::intrusive_ptr<c10d::Store>& default_store, const std::string& name) {
+#if TORCH_VERSION_MAJOR >= 2
+  return c10::make_intrusive<c10d::PrefixStore>(name + "/", default_store);
+#else
+  return c10::make_intrusive<c10d::PrefixStore>(name, default_store);
+#endif
+}
+
+c10::intrusive_ptr<c10d::Store> device_backend_store(
+    const c10::intrusive_ptr<c10d::Store>& group_store, const char* device) {
+#if TORCH_VERSION_MAJOR >= 2
+  return c10::make_intrusive<c10d::PrefixStore>(std::string(device) + "/", group_store);
+#else
+  (void)device;
+  return group_store;
+#endif
+}
+
+std::optional<std::string> creation_barrier(const std::string& group_name, int group_count,
+                                            bool requested) {
+  const std::string prefix = "store_based_barrier_key:";
+#if TORCH_VERSION_MAJOR >= 2
+  (void)group_count;
+  if (!requested) return std::nullopt;
+  return prefix + group_name;
+#else
+  (void)group_name;
+  (void)requested;
+  return prefix + std::to_string(group_count);
+#endif
+}
 
 const torch::optim::OptimizerParamState* optimizer_state_of(
     const torch::optim::Optimizer& optimizer, const at::Tensor& param) {

@@ -8,6 +8,13 @@
 //   (process_group/backend.h) sits on top, so nothing above the process-group layer sees either.
 // - torch::optim::Optimizer::state() is keyed by the parameter's TensorImpl printed as a string in
 //   1.13, and by the TensorImpl* itself in 2.x: optimizer_state_of / set_optimizer_state.
+// - c10d::TCPStoreOptions gained useLibUV (2.4), true by default, and a libtorch built without
+//   libuv (Debian's) refuses to host a store then: use_classic_store_server.
+// - torch.distributed lays out a group's keys differently (1.13: "<group>/...", 2.x:
+//   "<group>//<device>//..." per device backend) and ends a group's creation with a store-based
+//   barrier always (1.13) or only with TORCH_DIST_INIT_BARRIER=1 (2.x): group_store,
+//   device_backend_store, creation_barrier. ddp-cpp follows the libtorch it is built against, so
+//   that Python ranks of the same PyTorch can share its jobs.
 // Differences that one spelling covers in both need no entry here: c10::NoGradGuard (at::'s
 // alias is not reachable in every 2.x), std::to_string, <cstdint>'s INT32_MIN.
 #pragma once
@@ -15,6 +22,8 @@
 #include <torch/version.h>
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -38,6 +47,32 @@ using C10dBackend = c10d::Backend;
 using C10dBackend = c10d::ProcessGroup;
 #endif
 using C10dBackendPtr = c10::intrusive_ptr<C10dBackend>;
+
+/// Has a store's server use c10d's classic socket loop rather than libuv, where libtorch offers
+/// the choice (2.4 and later): every build has the former, and every client speaks to both.
+template <typename StoreOptions>
+auto use_classic_store_server(StoreOptions& options, int)
+    -> decltype(options.useLibUV = false, void()) {
+  options.useLibUV = false;
+}
+template <typename StoreOptions>
+void use_classic_store_server(StoreOptions&, long) {}  // before 2.4: the classic one only
+template <typename StoreOptions>
+void use_classic_store_server(StoreOptions& options) {
+  use_classic_store_server(options, 0);
+}
+
+/// The store of the group named `name` ("0" for the world), under the job's default store.
+c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& default_store,
+                                            const std::string& name);
+/// The store of a group's backend for tensors of `device` ("cpu", "cuda").
+c10::intrusive_ptr<c10d::Store> device_backend_store(
+    const c10::intrusive_ptr<c10d::Store>& group_store, const char* device);
+/// The key of the store-based barrier that ends a group's creation, or nullopt where
+/// torch.distributed makes none (`requested`: TORCH_DIST_INIT_BARRIER=1). `group_count` is the
+/// group counter after the group took its number.
+std::optional<std::string> creation_barrier(const std::string& group_name, int group_count,
+                                            bool requested);
 
 /// The optimizer's state for `param`; null when it has none yet (never stepped).
 const torch::optim::OptimizerParamState* optimizer_state_of(

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -183,6 +184,16 @@ EnvLookup process_environment() {
   };
 }
 
+std::optional<int> local_rank_from(const EnvLookup& env) {
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (auto value = env(name)) {
+      auto local = parse_int(*value);
+      if (local && *local >= 0) return local;
+    }
+  }
+  return std::nullopt;
+}
+
 std::string RendezvousSpec::describe() const {
   switch (method) {
     case Method::kEnv:
@@ -247,6 +258,7 @@ RendezvousSpec parse_rendezvous(const std::string& init_method, int rank, int wo
   }
   if (auto run_id = env("TORCHELASTIC_RUN_ID")) spec.run_id = *run_id;
   if (auto host_id = env("DDP_CPP_HOST_ID")) spec.host_id = *host_id;
+  spec.init_barrier = env("TORCH_DIST_INIT_BARRIER").value_or("0") == "1";
   return spec;
 }
 

@@ -35,6 +35,7 @@ struct RendezvousSpec {
   std::string run_id = "job";      // TORCHELASTIC_RUN_ID: names the job's shared-memory segments
   std::string gloo_socket_ifname;  // GLOO_SOCKET_IFNAME, read here, at the edge
   std::string host_id;  // DDP_CPP_HOST_ID: a testing aid, ranks of one machine posing as hosts
+  bool init_barrier = false;  // TORCH_DIST_INIT_BARRIER=1: torch.distributed 2.x's barrier
 
   std::string describe() const;  // "tcp://127.0.0.1:29500" or "file:///tmp/x", for messages
 };
@@ -43,6 +44,10 @@ struct RendezvousSpec {
 /// of range, ...) and how to fix it.
 RendezvousSpec parse_rendezvous(const std::string& init_method, int rank, int world_size,
                                 const EnvLookup& env);
+
+/// This process's index on its host, from the launcher's environment: LOCAL_RANK (ddprun,
+/// torchrun), OMPI_COMM_WORLD_LOCAL_RANK (mpirun), SLURM_LOCALID (Slurm); nullopt without one.
+std::optional<int> local_rank_from(const EnvLookup& env);
 
 /// The first host of a Slurm node list: "node[03-05,9],login1" -> "node03".
 std::string first_slurm_host(const std::string& nodelist);

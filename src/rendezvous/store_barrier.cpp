@@ -6,9 +6,8 @@
 
 namespace ddp::rendezvous {
 
-void store_based_barrier(c10d::Store& store, int group_count, int world_size,
+void store_based_barrier(c10d::Store& store, const std::string& key, int world_size,
                          std::chrono::milliseconds timeout, const std::string& operation) {
-  const std::string key = "store_based_barrier_key:" + std::to_string(group_count);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   int64_t arrived = store.add(key, 1);
   // Polling with add(key, 0), as PyTorch does, keeps us compatible with Python ranks, which never

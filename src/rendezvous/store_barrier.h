@@ -9,9 +9,9 @@
 
 namespace ddp::rendezvous {
 
-/// REQUIRES: `store` is the default store ("default_pg" prefix); `group_count` is the value of
-/// the group counter after the new group took its number.
-void store_based_barrier(c10d::Store& store, int group_count, int world_size,
+/// REQUIRES: `store` is the default store ("default_pg" prefix); `key` is the barrier's, as
+/// compat::creation_barrier names it for the libtorch in use.
+void store_based_barrier(c10d::Store& store, const std::string& key, int world_size,
                          std::chrono::milliseconds timeout, const std::string& operation);
 
 }  // namespace ddp::rendezvous

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "common/error_context.h"
+#include "compat/libtorch_compat.h"
 
 namespace ddp::rendezvous {
 namespace {
@@ -31,6 +32,7 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
   // who is missing.
   options.waitWorkers = !options.isServer;
   options.timeout = timeout;
+  compat::use_classic_store_server(options);
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(spec.host, options);
     if (!spec.use_agent_store) return store;
@@ -59,13 +61,15 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
 }
 
 // After destroy_process_group and a new init on the same port, a fast rank can reach rank 0's
-// previous server in the moment before rank 0 closes it. Such a server is recognisable without
-// any key of our own (so that PyTorch ranks, which set none, can share the job): its init barrier
-// already counts every rank. A client that finds one reconnects until the new server answers.
+// previous server in the moment before rank 0 closes it. Such a server is recognisable: a ddp-cpp
+// rank 0 marked it (kJobStartedKey) once its world was complete, and where rank 0 was a PyTorch
+// 1.13 rank, which sets no key of ours, its init barrier already counts every rank. A client that
+// finds one reconnects until the new server answers.
 c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
                                                      std::chrono::milliseconds timeout) {
   if (spec.rank == 0) return connect_tcp_store(spec, timeout);
   const std::string init_barrier = "default_pg/store_based_barrier_key:1";
+  const std::string started = std::string("default_pg/") + kJobStartedKey;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
@@ -73,7 +77,7 @@ c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
         deadline - std::chrono::steady_clock::now());
     try {
       auto store = connect_tcp_store(spec, std::max(left, std::chrono::milliseconds(1)));
-      if (store->add(init_barrier, 0) < spec.world_size) return store;
+      if (!store->check({started}) && store->add(init_barrier, 0) < spec.world_size) return store;
     } catch (const std::exception&) {
       // The old server closed while we connected or asked: the next connection reaches the new
       // one. Out of time, the connection's own error is the one to report.

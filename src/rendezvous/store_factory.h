@@ -13,6 +13,10 @@
 
 namespace ddp::rendezvous {
 
+/// In the default store ("default_pg" prefix), set by rank 0 once the world is complete: marks a
+/// server whose job has started (see connect_store).
+inline constexpr const char* kJobStartedKey = "ddp_job_started";
+
 /// Throws DistributedError for a port already in use, an unreachable store and the like.
 c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousSpec& spec,
                                               std::chrono::milliseconds timeout);

@@ -23,7 +23,6 @@
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kPython = "/usr/bin/python3";
 
 // The architecture the Python side rebuilds: nn.Sequential(Linear(4, 8), BatchNorm1d(8), ReLU(),
 // Linear(8, 3)), with parameters and buffers (running stats, num_batches_tracked).
@@ -84,7 +83,7 @@ std::vector<std::string> files_in(const std::string& folder) {
 // Runs a Python program with arguments; returns its stdout and EXPECTs exit status 0. The program
 // must not contain single quotes.
 std::string python_output(const std::string& program, const std::string& args) {
-  std::string command = std::string(kPython) + " -c '" + program + "' " + args;
+  std::string command = ddp::testing::torch_python() + " -c '" + program + "' " + args;
   FILE* pipe = ::popen(command.c_str(), "r");
   std::string output;
   char chunk[4096];
@@ -143,10 +142,15 @@ TEST(Checkpoint, RankZeroWritesOneFileWhileRankOneWaitsAndBothLoadIt) {
 }
 
 TEST(Checkpoint, PythonTorchLoadReadsOursModelSgdAndAdamState) {
-  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
+  if (ddp::testing::torch_python().empty()) {
+    GTEST_SKIP() << "no Python with torch (python3-torch, or DDP_TEST_PYTHON)";
+  }
   constexpr const char* kRead = R"(
 import sys, torch, torch.nn as nn
-ck = torch.load(sys.argv[1])
+# weights_only=True, the default since PyTorch 2.6: only tensors and plain containers, nothing
+# that runs code. The safe unpickler of 1.13 cannot read floats at all (any optimizer state).
+safe = int(torch.__version__.split(".")[0]) >= 2
+ck = torch.load(sys.argv[1], weights_only=safe)
 assert sorted(ck.keys()) == ["epoch", "model", "optimizer"], ck.keys()
 m = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
 m.load_state_dict(ck["model"], strict=True)
@@ -158,7 +162,7 @@ assert len(opt.state) == 6, len(opt.state)
 for name, t in m.state_dict().items():
   print(name, repr(t.double().sum().item()))
 print("epoch", ck["epoch"])
-ck = torch.load(sys.argv[2])
+ck = torch.load(sys.argv[2], weights_only=safe)
 adam = torch.optim.Adam(m.parameters())
 adam.load_state_dict(ck["optimizer"])
 g = adam.param_groups[0]
@@ -190,7 +194,9 @@ adam.step()
 }
 
 TEST(Checkpoint, LoadsPythonsPlainAndDdpPrefixedStateDicts) {
-  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
+  if (ddp::testing::torch_python().empty()) {
+    GTEST_SKIP() << "no Python with torch (python3-torch, or DDP_TEST_PYTHON)";
+  }
   constexpr const char* kWrite = R"(
 import sys, torch, torch.nn as nn
 torch.manual_seed(7)

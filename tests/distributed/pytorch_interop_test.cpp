@@ -12,8 +12,6 @@
 
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
-
 // The same sequence of calls as cpp_rank below, in Python.
 constexpr const char* kPythonRank = R"(
 import torch, torch.distributed as dist
@@ -51,13 +49,14 @@ void cpp_rank(int rank) {
 }
 
 void run_mixed(int python_rank) {
-  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
+  if (ddp::testing::torch_python().empty()) {
+    GTEST_SKIP() << "no Python with torch (python3-torch, or DDP_TEST_PYTHON)";
+  }
   ddp::testing::run_ranks_ok(
       2,
       [python_rank](int rank) {
         if (rank == python_rank) {
-          ::execl(kPython, kPython, "-c", kPythonRank, static_cast<char*>(nullptr));
-          ::_exit(127);
+          ddp::testing::exec_python(kPythonRank);
         }
         cpp_rank(rank);
       },
@@ -74,7 +73,9 @@ TEST(PyTorchInterop, CppRankJoinsAPythonRankZeroJob) { run_mixed(/*python_rank=*
 // Python rank never publishes: init must fail within the timeout, naming that rank and the fix,
 // rather than hang or fail later with a store error.
 TEST(PyTorchInterop, DefaultBackendWithAPythonRankNamesItAndAsksForGloo) {
-  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
+  if (ddp::testing::torch_python().empty()) {
+    GTEST_SKIP() << "no Python with torch (python3-torch, or DDP_TEST_PYTHON)";
+  }
   constexpr const char* kPythonPeer = R"(
 import datetime, torch.distributed as dist
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
@@ -83,8 +84,7 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
   launch.timeout = std::chrono::seconds(60);
   auto outcomes = ddp::testing::run_ranks(launch, [kPythonPeer](int rank) {
     if (rank == 1) {
-      ::execl(kPython, kPython, "-c", kPythonPeer, static_cast<char*>(nullptr));
-      ::_exit(127);
+      ddp::testing::exec_python(kPythonPeer);
     }
     // Rank 0 hosts the store, so the Python rank fails fast once this one has exited.
     try {
@@ -104,12 +104,17 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
 // under "/worker/attempt_<restart count>". Here a Python process hosts the store as the agent
 // would.
 TEST(PyTorchInterop, WorkersOfTorchrunsAgentStoreRendezvousThroughIt) {
-  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " (python3-torch) is not installed";
+  if (ddp::testing::torch_python().empty()) {
+    GTEST_SKIP() << "no Python with torch (python3-torch, or DDP_TEST_PYTHON)";
+  }
   constexpr const char* kAgent = R"(
 import datetime, os
 from torch.distributed import TCPStore
-store = TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 3, True,
-                 datetime.timedelta(seconds=60), wait_for_workers=False)
+args = ("127.0.0.1", int(os.environ["MASTER_PORT"]), 3, True, datetime.timedelta(seconds=60))
+try:  # 2.x hosts with libuv by default; Debian 13's torch has none
+  store = TCPStore(*args, wait_for_workers=False, use_libuv=False)
+except TypeError:  # 1.13 has only the classic server
+  store = TCPStore(*args, wait_for_workers=False)
 store.wait(["/worker/attempt_1/test_done"])
 )";
   ddp::testing::Launch launch;
@@ -117,8 +122,7 @@ store.wait(["/worker/attempt_1/test_done"])
   launch.timeout = std::chrono::seconds(60);
   auto outcomes = ddp::testing::run_ranks(launch, [kAgent](int rank) {
     if (rank == 2) {
-      ::execl(kPython, kPython, "-c", kAgent, static_cast<char*>(nullptr));
-      ::_exit(127);
+      ddp::testing::exec_python(kAgent);
     }
     ::setenv("WORLD_SIZE", "2", 1);
     ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);

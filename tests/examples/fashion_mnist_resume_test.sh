@@ -6,7 +6,7 @@
 set -euo pipefail
 ddprun=$1
 example=$2
-python=/usr/bin/python3
+python=${DDP_TEST_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d /tmp/fashion_mnist_test_XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -39,7 +39,10 @@ grep -q "<svg" whole.svg
 
 "$python" - <<'PY'
 import torch
-whole, resumed = torch.load("whole.pt"), torch.load("resumed.pt")
+# weights_only, the default since 2.6 (the safe unpickler of 1.13 cannot read floats)
+safe = int(torch.__version__.split(".")[0]) >= 2
+whole = torch.load("whole.pt", weights_only=safe)
+resumed = torch.load("resumed.pt", weights_only=safe)
 assert whole["epoch"] == resumed["epoch"] == 2, (whole["epoch"], resumed["epoch"])
 assert whole["model"].keys() == resumed["model"].keys()
 for name, tensor in whole["model"].items():

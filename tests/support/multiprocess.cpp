@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -72,6 +73,47 @@ std::string fresh_path(const std::string& name) {
   std::string pattern = test_folder().path() + "/XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("fresh_path: mkdtemp failed");
   return pattern + "/" + name;
+}
+
+const std::string& torch_python() {
+  static const std::string python = [] {
+    const char* chosen = std::getenv("DDP_TEST_PYTHON");
+    std::string path = chosen && *chosen ? chosen : "/usr/bin/python3";
+    if (::access(path.c_str(), X_OK) != 0) return std::string();
+    const std::string probe = "'" + path + "' -c 'import torch' >/dev/null 2>&1";
+    return std::system(probe.c_str()) == 0 ? path : std::string();
+  }();
+  return python;
+}
+
+void exec_python(const char* program) {
+  const std::string& python = torch_python();
+  ::setenv("USE_LIBUV", "0", 1);
+  ::execl(python.c_str(), python.c_str(), "-c", program, static_cast<char*>(nullptr));
+  ::_exit(127);
+}
+
+int cuda_devices() {
+  static const int count = [] {
+    int pipe_fds[2];
+    if (::pipe(pipe_fds) != 0) return 0;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(pipe_fds[0]);
+      int devices = static_cast<int>(torch::cuda::device_count());
+      ssize_t written = ::write(pipe_fds[1], &devices, sizeof(devices));
+      ::_exit(written == sizeof(devices) ? 0 : 1);
+    }
+    ::close(pipe_fds[1]);
+    int devices = 0;
+    if (pid < 0 || ::read(pipe_fds[0], &devices, sizeof(devices)) != sizeof(devices)) devices = 0;
+    ::close(pipe_fds[0]);
+    if (pid > 0) ::waitpid(pid, nullptr, 0);
+    return devices;
+  }();
+  return count;
 }
 
 double elapsed_ms(std::chrono::steady_clock::time_point start) {

@@ -47,4 +47,17 @@ std::string fresh_path(const std::string& name = "rendezvous");
 /// Milliseconds since `start`.
 double elapsed_ms(std::chrono::steady_clock::time_point start);
 
+/// A Python interpreter with torch: $DDP_TEST_PYTHON, else /usr/bin/python3 (Debian's
+/// python3-torch); empty when it cannot import torch (tests then skip).
+const std::string& torch_python();
+
+/// Replaces this (forked) rank with torch_python() running `program`. Its torch.distributed keeps
+/// the classic store client (USE_LIBUV=0): Debian 13's python3-torch is built without libuv and
+/// otherwise refuses every env:// and tcp:// rendezvous.
+[[noreturn]] void exec_python(const char* program);
+
+/// The GPUs a rank would see, asked in a forked child: a test process must not initialise CUDA
+/// before it forks its ranks (CUDA does not survive a fork). 0 on CPU builds of libtorch.
+int cuda_devices();
+
 }  // namespace ddp::testing

@@ -10,10 +10,9 @@
 #include <sstream>
 
 #include "ddp/errors.h"
+#include "support/multiprocess.h"
 
 namespace {
-
-constexpr const char* kPython = "/usr/bin/python3";
 
 // One line per case: "size replicas rank shuffle seed drop_last epoch : i i i ..."
 constexpr const char* kGrid = R"(
@@ -34,7 +33,7 @@ for size in (1, 7, 10, 13, 64):
 )";
 
 std::string python_output(const char* program) {
-  std::string command = std::string(kPython) + " -c '" + program + "'";
+  std::string command = ddp::testing::torch_python() + " -c '" + program + "'";
   FILE* pipe = ::popen(command.c_str(), "r");
   std::string output;
   char chunk[4096];
@@ -47,7 +46,9 @@ std::string python_output(const char* program) {
 }  // namespace
 
 TEST(DistributedSampler, MatchesPyTorchOverAGridOfCases) {
-  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << "python3-torch is not installed";
+  if (ddp::testing::torch_python().empty()) {
+    GTEST_SKIP() << "no Python with torch (python3-torch, or DDP_TEST_PYTHON)";
+  }
   std::istringstream lines(python_output(kGrid));
   std::string line;
   int cases = 0;

@@ -11,12 +11,15 @@
 namespace ddp::detail {
 namespace {
 
-// gloo's full-mesh rendezvous publishes each rank's address under "<device>/rank_<r>".
+// Each rank says it has come before gloo's own rendezvous, whose keys differ between gloo
+// versions: then the ranks that never came can be named whatever libtorch is underneath.
+std::string arrival_key(int rank) { return "ddp_arrived/" + std::to_string(rank); }
+
 std::vector<int> ranks_that_arrived(c10d::Store& store, int group_size) {
   std::vector<int> arrived;
   for (int rank = 0; rank < group_size; ++rank) {
     try {
-      if (store.check({"0/rank_" + std::to_string(rank)})) arrived.push_back(rank);
+      if (store.check({arrival_key(rank)})) arrived.push_back(rank);
     } catch (const std::exception&) {
       // The store itself is gone (rank 0 died): nothing more to learn.
     }
@@ -76,6 +79,7 @@ std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>
         error);
   }
   try {
+    store->set(arrival_key(group_rank), std::vector<uint8_t>{1});
     C10dTraits traits;
     traits.name = "gloo";
     return std::make_shared<C10dBackend>(
