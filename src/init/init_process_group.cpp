@@ -1,9 +1,14 @@
 // init_process_group, destroy_process_group, new_group and the queries of the default group.
+#include <signal.h>
+
 #include <algorithm>
+#include <csignal>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "common/error_context.h"
+#include "compat/libtorch_compat.h"
 #include "ddp/init.h"
+#include "init/allocator_tuning.h"
 #include "process_group/backend_factory.h"
 #include "process_group/process_state.h"
 #include "rendezvous/rendezvous_spec.h"
@@ -12,6 +17,18 @@
 
 namespace ddp {
 namespace {
+
+// gloo writes to its sockets with writev, which cannot suppress SIGPIPE: a peer that dies can
+// kill a survivor by signal, without a word, where the write should have failed with an error that
+// names the peer. Python ignores SIGPIPE, which is why PyTorch users never meet this; a C++ program
+// keeps the default. Ignore it unless the program chose a handler of its own.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+      !(current.sa_flags & SA_SIGINFO)) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+}
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
@@ -52,6 +69,12 @@ void init_process_group(const InitOptions& options) {
                                            options.world_size(), rendezvous::process_environment());
   auto state = std::make_unique<detail::ProcessState>();
   state->backends = backend_choice_of(backend, spec);
+  ignore_sigpipe_unless_handled();
+  if (options.tune_allocator() &&
+      detail::user_malloc_tuning(detail::environment_names(), rendezvous::process_environment())
+          .empty()) {
+    detail::tune_allocator_for_training();
+  }
 
   detail::set_rank_for_messages(spec.rank);
   c10::intrusive_ptr<c10d::Store> store;
@@ -70,7 +93,7 @@ void init_process_group(const InitOptions& options) {
   world->verify_collectives = options.verify_collectives();
   for (int rank = 0; rank < spec.world_size; ++rank) world->global_ranks.push_back(rank);
   world->name = "0";
-  world->store = c10::make_intrusive<c10d::PrefixStore>(world->name, store);
+  world->store = compat::group_store(store, world->name);
   try {
     const std::string operation = "init_process_group at " + spec.describe();
     detail::BackendChoice& choice = state->backends;
@@ -79,8 +102,11 @@ void init_process_group(const InitOptions& options) {
       detail::learn_hosts(choice, *store, spec.rank, spec.world_size, options.timeout(), operation);
     }
     detail::make_group_backends(choice, gloo, *world, operation);
-    rendezvous::store_based_barrier(*store, /*group_count=*/1, spec.world_size, options.timeout(),
-                                    "init_process_group");
+    if (auto barrier =
+            compat::creation_barrier(world->name, /*group_count=*/1, spec.init_barrier)) {
+      rendezvous::store_based_barrier(*store, *barrier, spec.world_size, options.timeout(),
+                                      "init_process_group");
+    }
     // As torch.distributed does after the barrier: rank 0 publishes the collective sequence
     // number through the store (PyTorch ranks of the job wait for it).
     gloo->set_sequence_number_for_group();
@@ -89,8 +115,10 @@ void init_process_group(const InitOptions& options) {
     detail::set_rank_for_messages(-1);
     throw;
   }
+  if (spec.rank == 0) store->set(rendezvous::kJobStartedKey, {'1'});
   state->world = std::move(world);
   state->store = store;
+  state->creation_barrier_requested = spec.init_barrier;
   detail::install_process_state(std::move(state));
 }
 
@@ -150,14 +178,17 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend
   int number = detail::take_group_number();
   group->name = std::to_string(number);
   auto store = detail::default_store();
-  group->store = c10::make_intrusive<c10d::PrefixStore>(group->name, store);
+  group->store = compat::group_store(store, group->name);
   std::shared_ptr<detail::Backend> gloo;
   if (group->is_member()) {
     const std::string operation = "new_group(" + detail::join_ints(sorted) + ")";
     gloo = detail::make_flat_gloo(choice, *group, operation);
     detail::make_group_backends(choice, gloo, *group, operation);
   }
-  rendezvous::store_based_barrier(*store, number + 1, world->size(), world->timeout, "new_group");
+  if (auto barrier =
+          compat::creation_barrier(group->name, number + 1, detail::creation_barrier_requested())) {
+    rendezvous::store_based_barrier(*store, *barrier, world->size(), world->timeout, "new_group");
+  }
   if (gloo) gloo->set_sequence_number_for_group();
   detail::register_group(group);
   return ProcessGroup(group);

@@ -82,6 +82,11 @@ int take_group_number() {
   return require_state().group_count++;
 }
 
+bool creation_barrier_requested() {
+  std::lock_guard<std::mutex> lock(state_mutex());
+  return require_state().creation_barrier_requested;
+}
+
 void register_group(const std::shared_ptr<GroupState>& group) {
   std::lock_guard<std::mutex> lock(state_mutex());
   require_state().groups.push_back(group);

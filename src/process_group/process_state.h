@@ -23,6 +23,7 @@ struct ProcessState {
   BackendChoice backends;
   std::vector<std::weak_ptr<GroupState>> groups;  // the world and every new_group since
   int group_count = 1;  // torch.distributed's _group_count: the world is group "0"
+  bool creation_barrier_requested = false;  // TORCH_DIST_INIT_BARRIER=1 (compat.h)
 };
 
 /// Installs what init_process_group built. REQUIRES: none is installed.
@@ -44,6 +45,7 @@ void set_backend_choice(const BackendChoice& choice);
 /// Takes the next group number ("1", "2", ...); the store-based barrier after a group's creation
 /// counts with it.
 int take_group_number();
+bool creation_barrier_requested();
 void register_group(const std::shared_ptr<GroupState>& group);
 
 }  // namespace ddp::detail

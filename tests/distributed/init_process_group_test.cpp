@@ -1,10 +1,16 @@
 // init_process_group with every init method, re-initialisation, and sub-groups.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <map>
 
 #include "ddp/ddp.h"
+#include "init/allocator_tuning.h"
 #include "support/multiprocess.h"
 
 using ddp::testing::Launch;
@@ -19,7 +25,91 @@ void expect_world_sum(int world) {
   EXPECT_EQ(t[0].item<float>(), static_cast<float>(world));
 }
 
+// Minor page faults over three training-like steps, after two that let glibc settle: each step
+// writes 8 blocks of 4 MiB (its activations) and frees them all at its end.
+long faults_of_steady_steps() {
+  auto step = [] {
+    std::vector<char*> blocks;
+    for (int i = 0; i < 8; ++i) {
+      char* block = static_cast<char*>(std::malloc(4 << 20));
+      std::memset(block, i, 4 << 20);
+      asm volatile("" : : "r"(block) : "memory");  // the compiler must not elide the pair
+      blocks.push_back(block);
+    }
+    for (char* block : blocks) std::free(block);
+  };
+  step();
+  step();
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  for (int i = 0; i < 3; ++i) step();
+  getrusage(RUSAGE_SELF, &after);
+  return after.ru_minflt - before.ru_minflt;
+}
+
 }  // namespace
+
+TEST(InitProcessGroup, TunesMallocSoThatTheMemoryAStepFreesStaysForTheNext) {
+  if (!ddp::detail::user_malloc_tuning(ddp::detail::environment_names(),
+                                       ddp::rendezvous::process_environment())
+           .empty()) {
+    GTEST_SKIP() << "this environment tunes malloc itself (GLIBC_TUNABLES or MALLOC_*)";
+  }
+  // Three steps touch 96 MiB, 24,576 pages: given back and faulted in again every step unless
+  // the thresholds are raised. Each rank is a fresh fork, with glibc's thresholds untouched.
+  run_ranks_ok(1, [](int) {
+    ddp::init_process_group(ddp::InitOptions().tune_allocator(false));
+    EXPECT_GT(faults_of_steady_steps(), 20000) << "glibc's defaults kept the memory: the test "
+                                                  "no longer shows what the tuning is for";
+    ddp::destroy_process_group();
+  });
+  run_ranks_ok(1, [](int) {
+    ddp::init_process_group();  // however the process was started: no launcher here
+    EXPECT_LT(faults_of_steady_steps(), 1000);
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(InitProcessGroup, IgnoresSigpipeUnlessTheProgramHandlesIt) {
+  auto disposition = [] {
+    struct sigaction current {};
+    sigaction(SIGPIPE, nullptr, &current);
+    return current.sa_handler;
+  };
+  run_ranks_ok(1, [&](int) {
+    signal(SIGPIPE, SIG_DFL);
+    ddp::init_process_group();
+    EXPECT_EQ(disposition(), SIG_IGN) << "a peer's death mid-write would kill this rank";
+    ddp::destroy_process_group();
+  });
+  run_ranks_ok(1, [&](int) {
+    static void (*const handler)(int) = [](int) {};
+    signal(SIGPIPE, handler);
+    ddp::init_process_group();
+    EXPECT_EQ(disposition(), handler) << "the program's own handler was replaced";
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(InitProcessGroup, AUsersOwnMallocTuningIsKept) {
+  using ddp::detail::user_malloc_tuning;
+  auto env_of = [](std::map<std::string, std::string> vars) -> ddp::rendezvous::EnvLookup {
+    return [vars](const std::string& name) -> std::optional<std::string> {
+      auto found = vars.find(name);
+      if (found == vars.end()) return std::nullopt;
+      return found->second;
+    };
+  };
+  EXPECT_EQ(user_malloc_tuning({"PATH", "HOME"}, env_of({})), "");
+  EXPECT_EQ(user_malloc_tuning({"PATH", "MALLOC_ARENA_MAX"}, env_of({})), "MALLOC_ARENA_MAX");
+  const std::string tunables = "glibc.malloc.trim_threshold=1024";
+  EXPECT_EQ(user_malloc_tuning({"GLIBC_TUNABLES"}, env_of({{"GLIBC_TUNABLES", tunables}})),
+            "GLIBC_TUNABLES=" + tunables);
+  // Tunables of other parts of glibc leave malloc to us.
+  EXPECT_EQ(
+      user_malloc_tuning({"GLIBC_TUNABLES"}, env_of({{"GLIBC_TUNABLES", "glibc.pthread.rseq=0"}})),
+      "");
+}
 
 TEST(InitProcessGroup, TcpInitMethodWithExplicitRankAtWorldSizesOneToFour) {
   for (int world = 1; world <= 4; ++world) {
