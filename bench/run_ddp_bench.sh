@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # Side-by-side training-step benchmark: ddp-cpp's DistributedDataParallel (build/bench/ddp_bench)
 # against PyTorch's own DDP (the peer, pytorch_ddp_bench.py, Python + gloo), on the four
-# reference models, at 2 ranks on this machine. For each model, alternating in one run:
-#   (a) ours at 2 ranks, via ddprun, default backend ("auto": shm, as both ranks share this host)
-#   (b) ours at 2 ranks with --backend gloo
-#   (c) PyTorch's DDP at 2 ranks (two python3 processes, gloo)
-#   (d) ours at 2 ranks without DDP but in lockstep (ddp_bench --lockstep: one float all_reduced
-#       after each backward), the floor of any synchronous data-parallel training here
-#   (a) to (d) are repeated REPS times, alternating; the table reports the median run. Then:
-#   (e) ours, one process without DDP (compute only)
-#   (f) ours, two processes without DDP started at once (what 2 cores allow; the slower one)
+# reference models, at NPROC ranks (default 2) on this machine. For each model, alternating in
+# one run (RUNS picks which, default all four):
+#   ours_ddp       ours, default backend ("auto": shm, as the ranks share this host)
+#   ours_ddp_gloo  ours with --backend gloo
+#   pytorch_ddp    PyTorch's DDP (NPROC python processes, gloo)
+#   ours_lockstep  ours without DDP but in lockstep (ddp_bench --lockstep: one float all_reduced
+#                  after each backward), the floor of any synchronous data-parallel training here
+#   each repeated REPS times, alternating; the table reports the median run. Then (EXTRAS,
+#   default both):
+#   single         ours, one process without DDP (compute only)
+#   concurrent     ours, NPROC processes without DDP started at once (the slowest one)
+# Our ranks are started by ddprun, or with LAUNCHER=env by hand with torchrun's environment
+# variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK), as the peer's are.
 # Every process runs with OMP_NUM_THREADS=1 and --threads 1, and with the same GLIBC_TUNABLES:
 # ddprun's default for its workers (glibc keeps freed activations in the heap rather than
 # page-faulting them back every step), given here to the PyTorch ranks and the no-DDP runs too,
 # so that every process allocates alike. `GLIBC_TUNABLES= bench/run_ddp_bench.sh` (empty) runs
-# everything with glibc's defaults instead.
+# everything with glibc's defaults instead: ours then tunes malloc itself in init_process_group
+# (InitOptions::tune_allocator), whatever started it.
 #
 #   bench/run_ddp_bench.sh [OUT.jsonl]        (default: $BUILD_DIR/bench/ddp_bench_results.jsonl)
 #
 # Environment: BUILD_DIR (default <repo>/build), PEERS_DIR (default <repo>/../shared/peers),
-# PYTHON (default /usr/bin/python3), MODELS (default "mlp cnn resnet transformer"), STEPS (30),
-# WARMUP (5), REPS (5), BUCKET_CAP_MB (25), GLIBC_TUNABLES (see above). Prints a markdown table
-# at the end.
+# PYTHON (default /usr/bin/python3), MODELS (default "mlp cnn resnet transformer"), NPROC (2),
+# RUNS, EXTRAS, LAUNCHER (ddprun), STEPS (30), WARMUP (5), REPS (5), BUCKET_CAP_MB (25),
+# GLIBC_TUNABLES (see above). Prints a markdown table at the end.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +38,10 @@ STEPS="${STEPS:-30}"
 WARMUP="${WARMUP:-5}"
 REPS="${REPS:-5}"
 BUCKET_CAP_MB="${BUCKET_CAP_MB:-25}"
+NPROC="${NPROC:-2}"
+RUNS="${RUNS:-ours_ddp ours_ddp_gloo pytorch_ddp ours_lockstep}"
+EXTRAS="${EXTRAS-single concurrent}"
+LAUNCHER="${LAUNCHER:-ddprun}"
 OUT="${1:-$BUILD_DIR/bench/ddp_bench_results.jsonl}"
 
 BENCH="$BUILD_DIR/bench/ddp_bench"
@@ -45,6 +54,9 @@ done
 PEERS_DIR="$(cd "$PEERS_DIR" && pwd)"
 
 export OMP_NUM_THREADS=1
+# The peers' torch.distributed keeps the classic store client: Debian 13's python3-torch is built
+# without libuv and otherwise refuses the rendezvous (1.13 and pip builds ignore or accept it).
+export USE_LIBUV=0
 export GLIBC_TUNABLES="${GLIBC_TUNABLES-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456}"
 unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT
 COMMON=(--steps "$STEPS" --warmup "$WARMUP" --bucket-cap-mb "$BUCKET_CAP_MB" --threads 1)
@@ -70,25 +82,37 @@ free_port() {
   "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# by_hand PREFIX COMMAND...: NPROC ranks started with torchrun's environment, from PEERS_DIR;
+# rank r writes PREFIX<r>.out and .err.
+by_hand() {
+  local prefix=$1 port pids=() r
+  shift
+  port=$(free_port)
+  for ((r = 0; r < NPROC; r++)); do
+    (cd "$PEERS_DIR" && MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r LOCAL_RANK=$r \
+       WORLD_SIZE=$NPROC PYTHONPATH="$PEERS_DIR${PYTHONPATH:+:$PYTHONPATH}" \
+       timeout "$TIMEOUT" "$@" > "$prefix$r.out" 2> "$prefix$r.err") &
+    pids+=($!)
+  done
+  for ((r = 0; r < NPROC; r++)); do
+    wait "${pids[$r]}" || { echo "rank $r of '$*' failed:" >&2; cat "$prefix$r.err" >&2; exit 1; }
+  done
+}
+
 ours_ddp() {  # MODEL REP LABEL BACKEND [EXTRA FLAG]
-  timeout "$TIMEOUT" "$DDPRUN" --standalone --nproc-per-node 2 "$BENCH" --model "$1" "${COMMON[@]}" \
-    --backend "$4" ${5:+"$5"} > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; exit 1; }
+  if [[ "$LAUNCHER" == env ]]; then
+    by_hand "$TMP/ours" "$BENCH" --model "$1" "${COMMON[@]}" --backend "$4" ${5:+"$5"}
+    record "$3" "$2" "$TMP/ours0.out"
+    return
+  fi
+  timeout "$TIMEOUT" "$DDPRUN" --standalone --nproc-per-node "$NPROC" "$BENCH" --model "$1" \
+    "${COMMON[@]}" --backend "$4" ${5:+"$5"} > "$TMP/out" 2> "$TMP/err" ||
+    { cat "$TMP/err" >&2; exit 1; }
   record "$3" "$2" "$TMP/out"
 }
 
 peer_ddp() {  # MODEL REP
-  local port pids=() r
-  port=$(free_port)
-  for r in 0 1; do
-    (cd "$PEERS_DIR" && MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 \
-       PYTHONPATH="$PEERS_DIR${PYTHONPATH:+:$PYTHONPATH}" \
-       timeout "$TIMEOUT" "$PYTHON" "$PEER" --model "$1" "${COMMON[@]}" \
-       > "$TMP/peer$r.out" 2> "$TMP/peer$r.err") &
-    pids+=($!)
-  done
-  for r in 0 1; do
-    wait "${pids[$r]}" || { echo "peer rank $r failed:" >&2; cat "$TMP/peer$r.err" >&2; exit 1; }
-  done
+  by_hand "$TMP/peer" "$PYTHON" "$PEER" --model "$1" "${COMMON[@]}"
   record pytorch_ddp "$2" "$TMP/peer0.out"
 }
 
@@ -97,28 +121,39 @@ ours_single() {  # MODEL
   record ours_noddp_1proc 1 "$TMP/out"
 }
 
-ours_concurrent() {  # MODEL: two no-DDP processes started at once
+ours_concurrent() {  # MODEL: NPROC no-DDP processes started at once
   local pids=() i
-  for i in 0 1; do
+  for ((i = 0; i < NPROC; i++)); do
     timeout "$TIMEOUT" "$BENCH" --model "$1" --no-ddp "${COMMON[@]}" > "$TMP/conc$i.out" &
     pids+=($!)
   done
-  for i in 0 1; do wait "${pids[$i]}"; done
-  record ours_noddp_2concurrent 1 "$TMP/conc0.out"
-  record ours_noddp_2concurrent 2 "$TMP/conc1.out"
+  for ((i = 0; i < NPROC; i++)); do
+    wait "${pids[$i]}"
+    record ours_noddp_concurrent $((i + 1)) "$TMP/conc$i.out"
+  done
 }
 
 start=$(date +%s)
 for model in $MODELS; do
   echo "== $model (load average before: $(cut -d" " -f1-3 /proc/loadavg))" >&2
   for ((rep = 1; rep <= REPS; rep++)); do
-    ours_ddp "$model" "$rep" ours_ddp auto
-    ours_ddp "$model" "$rep" ours_ddp_gloo gloo
-    peer_ddp "$model" "$rep"
-    ours_ddp "$model" "$rep" ours_lockstep auto --lockstep
+    for run in $RUNS; do
+      case "$run" in
+        ours_ddp) ours_ddp "$model" "$rep" ours_ddp auto ;;
+        ours_ddp_gloo) ours_ddp "$model" "$rep" ours_ddp_gloo gloo ;;
+        pytorch_ddp) peer_ddp "$model" "$rep" ;;
+        ours_lockstep) ours_ddp "$model" "$rep" ours_lockstep auto --lockstep ;;
+        *) echo "unknown run '$run' in RUNS" >&2; exit 2 ;;
+      esac
+    done
   done
-  ours_single "$model"
-  ours_concurrent "$model"
+  for extra in $EXTRAS; do
+    case "$extra" in
+      single) ours_single "$model" ;;
+      concurrent) ours_concurrent "$model" ;;
+      *) echo "unknown extra '$extra' in EXTRAS" >&2; exit 2 ;;
+    esac
+  done
 done
 echo "== done in $(( $(date +%s) - start )) s; JSON lines in $OUT" >&2
 
@@ -131,9 +166,11 @@ def med(model, run, agg=statistics.median):
     return agg(v) if v else float("nan")
 backend = {r.get("backend") for r in rows if r["run"] == "ours_ddp"}
 backend = backend.pop() if len(backend) == 1 else "MIXED " + str(sorted(map(str, backend)))
+world = {r["world_size"] for r in rows if r["run"] == "pytorch_ddp"} or {"?"}
+print(f"{world.pop()} ranks")
 print(f"| model | params | ours ms ({backend}) | ours ms (gloo) | PyTorch ms (gloo) | ours/PyTorch | "
       "ours (gloo)/PyTorch | lockstep no-DDP ms | lockstep/PyTorch | no-DDP 1 proc ms | "
-      "2 concurrent no-DDP ms |")
+      "concurrent no-DDP ms |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for m in models:
     params = {r["params"] for r in rows if r["model"] == m}
@@ -142,5 +179,5 @@ for m in models:
     lock = med(m, "ours_lockstep")
     print(f"| {m} | {p} | {ours:.1f} | {gloo:.1f} | {peer:.1f} | {ours / peer:.2f} | {gloo / peer:.2f} | "
           f"{lock:.1f} | {lock / peer:.2f} | {med(m, 'ours_noddp_1proc'):.1f} | "
-          f"{med(m, 'ours_noddp_2concurrent', max):.1f} |")
+          f"{med(m, 'ours_noddp_concurrent', max):.1f} |")
 PY

@@ -7,6 +7,7 @@
 //       [--steps 30] [--warmup 5] [--batch B] [--bucket-cap-mb 25] [--threads 1]
 //       [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]
 //       [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view] [--zero-grad none|zero]
+//       [--device cpu|cuda]
 //
 // Without RANK in the environment, or with --no-ddp, it runs one process without DDP (the
 // compute-only limit). With --lockstep the ranks train without DDP but all_reduce one float after
@@ -19,7 +20,7 @@
 //    "step_ms_median": ..., "step_ms_min": ..., "samples_per_s": ..., "mode": ...,
 //    "forward_ms_median": ..., "backward_ms_median": ..., "optimizer_ms_median": ...,
 //    "backend": ... [, "comm_hook": ...] [, "gradient_as_bucket_view": true]
-//    [, "zero_grad": "zero"]}
+//    [, "zero_grad": "zero"], "device": ...}
 // "mode" is "ddp", "lockstep", "paired" or "no_ddp"; paired adds "lockstep_step_ms_median",
 // "ddp_minus_lockstep_ms_median" and "ddp_minus_lockstep_backward_ms_median", and its other times
 // are those of the DDP steps; "backend" is the resolved one ("shm" or "gloo"),
@@ -27,6 +28,9 @@
 // zero_grad and the loss, backward includes DDP's wait for its buckets (or lockstep's all_reduce).
 // --zero-grad zero keeps the gradients and zeroes them, as libtorch 1.13's Optimizer::zero_grad()
 // does, instead of setting them to none as the peer's zero_grad(set_to_none=True) does.
+// --device cuda puts each rank on cuda:LOCAL_RANK (ddp::set_device), its model and batch there,
+// DDP with device_ids, and times each step from a synchronized GPU to a synchronized GPU, as the
+// peer's --device cuda does; "auto" then gives CUDA tensors to NCCL where every rank has a GPU.
 #include <ddp/ddp.h>
 #include <torch/torch.h>
 
@@ -60,6 +64,7 @@ struct Args {
   int threads = 1;
   std::string comm_hook = "none";
   std::string backend = "auto";  // the library's default
+  std::string device = "cpu";    // "cuda": cuda:LOCAL_RANK, DDP with device_ids (NCCL by "auto")
 };
 
 constexpr const char* kUsage =
@@ -67,7 +72,7 @@ constexpr const char* kUsage =
     "                 [--batch B (0 = model default)] [--bucket-cap-mb MB] [--threads N]\n"
     "                 [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]\n"
     "                 [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view]\n"
-    "                 [--zero-grad none|zero]\n";
+    "                 [--zero-grad none|zero] [--device cpu|cuda]\n";
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -116,9 +121,14 @@ Args parse_args(int argc, char** argv) {
       a.gradient_as_bucket_view = switch_on();
     } else if (flag == "--zero-grad") {
       a.zero_grad = value();
+    } else if (flag == "--device") {
+      a.device = value();
     } else {
       throw std::invalid_argument("unknown argument '" + std::string(argv[i]) + "'\n" + kUsage);
     }
+  }
+  if (a.device != "cpu" && a.device != "cuda") {
+    throw std::invalid_argument("--device must be cpu or cuda");
   }
   if (a.steps < 1 || a.warmup < 0 || a.batch < 0 || a.threads < 1 || a.bucket_cap_mb <= 0)
     throw std::invalid_argument(
@@ -168,11 +178,19 @@ double ms_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// One step: zero_grad, forward, loss, backward, after_backward(), optimizer step.
+// Waits for the GPU's queued work (nothing on the CPU): a step's time is its work's, as the
+// peer measures it.
+void synchronize(const torch::Tensor& on) {
+  if (on.is_cuda()) torch::cuda::synchronize(on.device().index());
+}
+
+// One step: zero_grad, forward, loss, backward, after_backward(), optimizer step. On a GPU the
+// phases' times are those of queueing the work, the total that of the work.
 template <typename Net, typename AfterBackward>
 StepTimes train_step(Net& net, torch::nn::Module& module, torch::optim::SGD& opt,
                      const torch::Tensor& x, const torch::Tensor& y, bool keep_grads,
                      AfterBackward&& after_backward) {
+  synchronize(x);
   const auto t0 = std::chrono::steady_clock::now();
   zero_grad(module, keep_grads);
   auto out = net(x);
@@ -182,6 +200,7 @@ StepTimes train_step(Net& net, torch::nn::Module& module, torch::optim::SGD& opt
   after_backward();
   const auto t2 = std::chrono::steady_clock::now();
   opt.step();
+  synchronize(x);
   const auto t3 = std::chrono::steady_clock::now();
   return {ms_between(t0, t1), ms_between(t1, t2), ms_between(t2, t3)};
 }
@@ -206,6 +225,11 @@ int run(const Args& a) {
   const bool lockstep_steps = a.lockstep || a.paired;
   int rank = 0;
   int world_size = 1;
+  // Before the group, as torch.cuda.set_device: NCCL takes the current device.
+  const c10::Device device = a.device == "cuda" ? ddp::set_device() : c10::Device(c10::kCPU);
+  if (a.device == "cuda" && !device.is_cuda()) {
+    throw std::invalid_argument("--device cuda, but this process sees no GPU");
+  }
   if (use_group) {
     // Lockstep's one all_reduce per step goes without the fingerprint exchange, as DDP's bucket
     // all_reduces do.
@@ -217,12 +241,14 @@ int run(const Args& a) {
   torch::manual_seed(0);
   auto built = ddp_bench::build(a.model);
   auto model = built.model;
+  model->to(device);
   const int64_t batch = a.batch ? a.batch : built.default_batch;
   const int64_t params = ddp_bench::parameter_count(*model);
 
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   auto generator = at::make_generator<at::CPUGeneratorImpl>(1234 + rank);
-  auto [x, y] = ddp_bench::make_batch(a.model, batch, generator);
+  auto [x_host, y_host] = ddp_bench::make_batch(a.model, batch, generator);
+  const torch::Tensor x = x_host.to(device), y = y_host.to(device);
 
   // The DDP (or only) steps' times; with --paired, the lockstep steps' and the pairs' differences.
   std::vector<double> times, forward_times, backward_times, optimizer_times;
@@ -234,11 +260,12 @@ int run(const Args& a) {
         std::make_unique<ddp::DistributedDataParallel<std::shared_ptr<ddp_bench::BenchModel>>>(
             model, ddp::DDPOptions()
                        .bucket_cap_mb(a.bucket_cap_mb)
-                       .gradient_as_bucket_view(a.gradient_as_bucket_view));
+                       .gradient_as_bucket_view(a.gradient_as_bucket_view)
+                       .device_ids({device}));
     if (a.comm_hook != "none") ddp_net->register_comm_hook(make_hook(a.comm_hook));
   }
   auto wrapped = [&](const torch::Tensor& in) { return (*ddp_net)(in); };
-  auto token = torch::zeros({1});
+  auto token = torch::zeros({1}, torch::TensorOptions().device(device));
   auto nothing = [] {};
   auto in_step = [&] { ddp::all_reduce(token); };
   const bool keep = a.zero_grad == "zero";
@@ -281,6 +308,7 @@ int run(const Args& a) {
       extra += ", \"gradient_as_bucket_view\": true";  // as DDP holds it, not as parsed
     }
     if (keep) extra += ", \"zero_grad\": \"zero\"";
+    extra += ", \"device\": \"" + a.device + "\"";
     std::printf(
         "{\"impl\": \"ddp-cpp\", \"model\": \"%s\", \"world_size\": %d, \"params\": %lld, "
         "\"batch_per_rank\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "

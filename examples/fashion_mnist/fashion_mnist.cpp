@@ -6,7 +6,10 @@
 // Each rank trains on its DistributedSampler shard (a new order each epoch), gradients are
 // averaged by DDP, test accuracy is computed across ranks after each epoch (each rank evaluates
 // its share; the counts are all-reduced), rank 0 saves a checkpoint after each epoch and writes
-// the metrics (CSV) and a plot (SVG). The last line is a JSON summary.
+// the metrics (CSV) and a plot (SVG). The last line is a JSON summary. With GPUs, each rank
+// trains on its own (cuda:LOCAL_RANK, --device), and "auto" gives CUDA tensors to NCCL:
+//
+//   build/tools/ddprun/ddprun --standalone --nproc-per-node 4 build/examples/fashion_mnist
 #include <ddp/ddp.h>
 #include <torch/torch.h>
 
@@ -35,18 +38,22 @@ struct Options {
   std::string metrics = "fashion_mnist_metrics.csv";
   std::string plot = "fashion_mnist.svg";
   int threads = 0;  // 0: keep OMP_NUM_THREADS / libtorch's default
+  // "auto": cuda:LOCAL_RANK where this rank has a GPU of its own, else the CPU.
+  std::string device = "auto";
 };
 
 const char* kUsage =
     "usage: fashion_mnist [--data DIR] [--epochs N] [--batch-size B] [--optimizer adam|sgd]\n"
     "                     [--lr LR] [--seed S] [--checkpoint PATH] [--resume]\n"
     "                     [--metrics FILE.csv] [--plot FILE.svg] [--threads N]\n"
+    "                     [--device auto|cpu|cuda]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
     "--checkpoint fashion_mnist.pt (written after every epoch; --checkpoint '' for none),\n"
     "--metrics fashion_mnist_metrics.csv, --plot fashion_mnist.svg; --resume continues from\n"
-    "the checkpoint, exactly as if the run had not stopped.\n";
+    "the checkpoint, exactly as if the run had not stopped. --device auto (the default) trains\n"
+    "on cuda:LOCAL_RANK where this rank has a GPU of its own, else on the CPU.\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -81,6 +88,8 @@ Options parse(int argc, char** argv) {
       o.plot = value();
     } else if (arg == "--threads") {
       o.threads = std::stoi(value());
+    } else if (arg == "--device") {
+      o.device = value();
     } else {
       throw std::runtime_error("unknown argument '" + arg + "'\n" + kUsage);
     }
@@ -89,7 +98,22 @@ Options parse(int argc, char** argv) {
     throw std::runtime_error("--optimizer must be adam or sgd, got '" + o.optimizer + "'");
   }
   if (o.resume && o.checkpoint.empty()) throw std::runtime_error("--resume needs --checkpoint");
+  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
+    throw std::runtime_error("--device must be auto, cpu or cuda, got '" + o.device + "'");
+  }
   return o;
+}
+
+// This rank's device, made current before the process group (as torch.cuda.set_device).
+torch::Device pick_device(const std::string& choice) {
+  if (choice == "cpu") return torch::kCPU;
+  const char* local = std::getenv("LOCAL_RANK");
+  if (choice == "auto" && (local ? std::atoi(local) : 0) >= ddp::cuda_device_count()) {
+    return torch::kCPU;  // no GPU of its own for this rank
+  }
+  const torch::Device device = ddp::set_device();  // cuda:LOCAL_RANK
+  if (!device.is_cuda()) throw std::runtime_error("--device cuda, but this process sees no GPU");
+  return device;
 }
 
 // The reference CNN of the benchmarks: two convolutions, max-pooling, two linear layers.
@@ -113,7 +137,7 @@ TORCH_MODULE(Net);
 double test_accuracy(Net& net, const fashion_mnist::Split& test, int rank, int world) {
   torch::NoGradGuard no_grad;
   net->eval();
-  auto mine = torch::arange(rank, test.images.size(0), world);
+  auto mine = torch::arange(rank, test.images.size(0), world, test.labels.options());
   int64_t correct = 0;
   for (int64_t begin = 0; begin < mine.size(0); begin += 1000) {
     auto batch = mine.narrow(0, begin, std::min<int64_t>(1000, mine.size(0) - begin));
@@ -121,21 +145,28 @@ double test_accuracy(Net& net, const fashion_mnist::Split& test, int rank, int w
     correct += predicted.eq(test.labels.index_select(0, batch)).sum().item<int64_t>();
   }
   net->train();
-  auto counts = torch::tensor({correct, mine.size(0)});
+  auto counts = torch::tensor({correct, mine.size(0)});  // on the CPU: the group's CPU backend
   ddp::all_reduce(counts);
   return static_cast<double>(counts[0].item<int64_t>()) / counts[1].item<int64_t>();
 }
 
 int run(const Options& o) {
+  const torch::Device device = pick_device(o.device);
   ddp::init_process_group();
   const int rank = ddp::get_rank();
   const int world = ddp::get_world_size();
   if (o.threads > 0) torch::set_num_threads(o.threads);
   auto train = fashion_mnist::load_split(o.data, "train");
   auto test = fashion_mnist::load_split(o.data, "t10k");
+  // The whole set fits on a GPU (188 MB): batches are then picked there.
+  for (auto* split : {&train, &test}) {
+    split->images = split->images.to(device);
+    split->labels = split->labels.to(device);
+  }
 
   torch::manual_seed(o.seed);
   Net net;
+  net->to(device);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (o.optimizer == "adam") {
     optimizer =
@@ -153,14 +184,14 @@ int run(const Options& o) {
       std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), first_epoch);
   }
   // After loading: DDP's construction broadcasts rank 0's parameters anyway.
-  ddp::DistributedDataParallel model(net);
+  ddp::DistributedDataParallel model(net, ddp::DDPOptions().device_ids({device}));
   ddp::DistributedSampler sampler(train.images.size(0), ddp::SamplerOptions().seed(o.seed));
   const int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
   double train_seconds = 0;
   double accuracy = 0;
   for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
     sampler.set_epoch(epoch);
-    auto indices = torch::tensor(sampler.indices());
+    auto indices = torch::tensor(sampler.indices()).to(device);
     fashion_mnist::Progress progress(epoch + 1, o.epochs, steps, o.batch_size * world, rank == 0);
     const auto start = std::chrono::steady_clock::now();
     double loss_sum = 0;
@@ -198,8 +229,9 @@ int run(const Options& o) {
   if (rank == 0) {
     std::printf(
         "{\"test_accuracy\": %.4f, \"epochs\": %d, \"world_size\": %d, "
-        "\"train_seconds\": %.1f, \"metrics\": \"%s\", \"plot\": \"%s\"}\n",
-        accuracy, o.epochs, world, train_seconds, o.metrics.c_str(), o.plot.c_str());
+        "\"train_seconds\": %.1f, \"device\": \"%s\", \"metrics\": \"%s\", \"plot\": \"%s\"}\n",
+        accuracy, o.epochs, world, train_seconds, device.str().c_str(), o.metrics.c_str(),
+        o.plot.c_str());
   }
   ddp::destroy_process_group();
   return 0;

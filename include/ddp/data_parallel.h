@@ -2,7 +2,8 @@
 //
 // Each forward splits the batch along dim 0 into one chunk per device, runs the module on the
 // first chunk and fresh clones of it on the others, in parallel threads, and concatenates the
-// outputs on the output device. Backward reaches the original parameters: each replica's
+// outputs on the output device. On GPUs each replica runs on its own CUDA stream, also when
+// several replicas share one GPU. Backward reaches the original parameters: each replica's
 // parameters are linked to the originals by a summing autograd node, so the original .grad holds
 // the sum over replicas, equal to one pass over the whole batch. The first replica IS the module,
 // so in-place updates such as batch-norm running statistics survive; the clones' do not (as in
@@ -31,8 +32,10 @@ namespace detail {
 std::shared_ptr<torch::nn::Module> replicate_linked(
     const std::shared_ptr<torch::nn::Module>& module, const c10::Device& device);
 // Runs calls[i] for every i, calls[0] on this thread and the others on threads of their own,
-// with this thread's autograd mode; rethrows the first failure after all have finished.
-void run_in_parallel(const std::vector<std::function<void()>>& calls);
+// with this thread's autograd mode, each on devices[i] (a CUDA stream of its own for a GPU
+// replica); rethrows the first failure after all have finished.
+void run_in_parallel(const std::vector<std::function<void()>>& calls,
+                     const std::vector<c10::Device>& devices);
 // Validates devices (non-empty) and the input (a tensor with a batch dimension).
 void check_data_parallel(const std::vector<c10::Device>& devices, const at::Tensor& input);
 
@@ -87,7 +90,7 @@ class DataParallel {
                  : std::dynamic_pointer_cast<Impl>(detail::replicate_linked(original, devices_[i]));
       calls.push_back([&, i] { outputs[i] = replicas[i]->forward(chunks[i].to(devices_[i])); });
     }
-    detail::run_in_parallel(calls);
+    detail::run_in_parallel(calls, devices_);
     for (auto& output : outputs) output = output.to(output_device_);
     return at::cat(outputs, 0);
   }

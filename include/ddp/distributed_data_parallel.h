@@ -22,6 +22,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -53,6 +54,15 @@ struct DDPOptions {
   TORCH_ARG(bool, static_graph) = false;
   /// The group to average over. Default: the world.
   TORCH_ARG(ProcessGroup, process_group) = ProcessGroup();
+  /// The device of this process's module, as PyTorch's device_ids=[d] for one GPU per process:
+  /// every parameter must be on it, and forward moves tensor arguments to it first. At most one
+  /// device. A CPU device is accepted for a CPU module, so that device_ids({ddp::set_device()})
+  /// runs on machines with and without GPUs. Default: {} (the parameters decide).
+  ///   ddp::DistributedDataParallel model(net, ddp::DDPOptions().device_ids({device}));
+  TORCH_ARG(std::vector<c10::Device>, device_ids) = {};
+  /// Where forward's outputs are: with one device per process, that device (PyTorch's meaning;
+  /// nothing is moved). Must equal device_ids[0] when given. Default: nullopt.
+  TORCH_ARG(std::optional<c10::Device>, output_device) = std::nullopt;
 };
 
 namespace detail {
@@ -70,15 +80,41 @@ class DDPCore {
   bool require_sync() const { return require_sync_; }
   void register_comm_hook(CommHook hook);
   const DDPOptions& options() const { return options_; }
+  /// device_ids[0], where forward's tensor arguments go; nullopt without device_ids.
+  const std::optional<c10::Device>& input_device() const { return input_device_; }
 
  private:
   void broadcast_buffers();
+  // Validates device_ids and output_device against the module's device.
+  void check_device_options(const c10::Device& module_device);
 
   std::shared_ptr<torch::nn::Module> module_;
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
+  std::optional<c10::Device> input_device_;
 };
+
+// Forward's arguments on the module's device (device_ids): tensors, and vectors of them, are
+// moved; anything else passes through untouched.
+inline at::Tensor on_device(const at::Tensor& value, const std::optional<c10::Device>& device) {
+  return device && value.defined() && value.device() != *device ? value.to(*device) : value;
+}
+template <typename T>
+std::vector<T> on_device(const std::vector<T>& values, const std::optional<c10::Device>& device) {
+  std::vector<T> moved;
+  moved.reserve(values.size());
+  for (const auto& value : values) moved.push_back(on_device(value, device));
+  return moved;
+}
+template <typename T>
+struct HoldsTensors : std::is_convertible<const T&, at::Tensor> {};
+template <typename T>
+struct HoldsTensors<std::vector<T>> : HoldsTensors<T> {};
+template <typename T, typename = std::enable_if_t<!HoldsTensors<std::decay_t<T>>::value>>
+T&& on_device(T&& value, const std::optional<c10::Device>&) {
+  return std::forward<T>(value);
+}
 
 // Finds every tensor in a forward's result: tensors, and vectors, tuples, pairs and maps of them.
 // Every overload is declared before any is defined, so that nested containers find each other.
@@ -168,7 +204,8 @@ class DistributedDataParallel {
   template <typename... Args>
   auto forward(Args&&... args) {
     core_->before_forward();
-    auto output = module_->forward(std::forward<Args>(args)...);
+    const auto& device = core_->input_device();
+    auto output = module_->forward(detail::on_device(std::forward<Args>(args), device)...);
     std::vector<at::Tensor> tensors;
     detail::collect_tensors(output, tensors);
     core_->after_forward(tensors);

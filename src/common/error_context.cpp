@@ -31,6 +31,11 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
     hint =
         " Gloo reduces and moves float, double, half, int8, uint8, int32 and int64 tensors "
         "(complex ones as pairs of reals); convert the tensor to one of these dtypes.";
+  } else if (what.find("Duplicate GPU") != std::string::npos) {
+    hint =
+        " Two ranks of this NCCL group use the same GPU, and NCCL needs one GPU per rank: give "
+        "each rank its own device (ddp::set_device() before init_process_group, with at most "
+        "one rank per GPU), or let ranks share a GPU through backend(\"gloo\").";
   } else if (what.find("imed out") != std::string::npos ||
              what.find("Timeout") != std::string::npos ||
              what.find("timeout") != std::string::npos) {

@@ -3,10 +3,14 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ThreadLocalState.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include "common/error_context.h"
@@ -57,15 +61,36 @@ std::shared_ptr<torch::nn::Module> replicate_linked(
   return replica;
 }
 
-void run_in_parallel(const std::vector<std::function<void()>>& calls) {
+void run_in_parallel(const std::vector<std::function<void()>>& calls,
+                     const std::vector<c10::Device>& devices) {
   std::vector<std::exception_ptr> errors(calls.size());
   const at::ThreadLocalState state;  // grad mode and the like, for the helper threads
+  // On a GPU each helper replica gets a stream of its own, so that the replicas' kernels run side
+  // by side (several replicas of one GPU too); it starts after what the caller's stream has
+  // queued (the input), and the caller's stream waits for it before the outputs are gathered.
+  std::vector<std::optional<c10::Stream>> side(calls.size());
+  std::vector<c10::Event> started, finished;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    started.emplace_back(devices[i].type());
+    finished.emplace_back(devices[i].type());
+    if (i == 0 || !devices[i].is_cuda()) continue;
+    const auto* impl = c10::impl::getDeviceGuardImpl(devices[i].type());
+    side[i] = impl->getStreamFromGlobalPool(devices[i]);
+    started[i].record(impl->getStream(devices[i]));
+  }
   std::vector<std::thread> threads;
   for (size_t i = 1; i < calls.size(); ++i) {
     threads.emplace_back([&, i] {
       at::ThreadLocalStateGuard guard(state);
       try {
-        calls[i]();
+        if (side[i]) {
+          c10::StreamGuard on_side(*side[i]);
+          started[i].block(*side[i]);
+          calls[i]();
+          finished[i].record(*side[i]);
+        } else {
+          calls[i]();
+        }
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -79,6 +104,10 @@ void run_in_parallel(const std::vector<std::function<void()>>& calls) {
   for (auto& thread : threads) thread.join();
   for (const auto& error : errors) {
     if (error) std::rethrow_exception(error);
+  }
+  for (size_t i = 1; i < calls.size(); ++i) {
+    if (side[i])
+      finished[i].block(c10::impl::getDeviceGuardImpl(devices[i].type())->getStream(devices[i]));
   }
 }
 

@@ -66,6 +66,7 @@ DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
                            parameters.names[0] + "' on " + parameters.tensors[0].device().str());
     }
   }
+  check_device_options(parameters.tensors[0].device());
   NamedTensors buffers = module_buffers(*module_);
   verify_model_across_ranks(parameters, buffers, group);
   std::vector<at::Tensor> state = parameters.tensors;
@@ -86,6 +87,42 @@ DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
 }
 
 DDPCore::~DDPCore() = default;
+
+void DDPCore::check_device_options(const c10::Device& module_device) {
+  const auto& ids = options_.device_ids();
+  if (ids.empty()) {
+    if (options_.output_device() && *options_.output_device() != module_device) {
+      fail(kOperation, "output_device " + options_.output_device()->str() +
+                           " differs from the module's device " + module_device.str() +
+                           "; DDP does not move outputs (one device per process)");
+    }
+    return;
+  }
+  if (ids.size() != 1) {
+    fail(kOperation,
+         "device_ids takes one device, this process's GPU (one process per GPU, as "
+         "in PyTorch), got " +
+             std::to_string(ids.size()));
+  }
+  c10::Device device = ids[0];
+  // A CPU device is taken for a CPU module, so that one program (device_ids({set_device()})) runs
+  // on machines with and without GPUs; PyTorch wants None there.
+  if (device.is_cuda() && !device.has_index()) {
+    device = c10::Device(c10::kCUDA, module_device.index());
+  }
+  if (module_device != device) {
+    fail(kOperation, "device_ids says " + device.str() + " but the module's parameters are on " +
+                         module_device.str() +
+                         ". Move the module to its device before wrapping it: "
+                         "net->to(ddp::set_device()).");
+  }
+  if (options_.output_device() && *options_.output_device() != device) {
+    fail(kOperation, "output_device " + options_.output_device()->str() +
+                         " must be device_ids[0] (" + device.str() +
+                         "): with one device per process, outputs stay on it");
+  }
+  input_device_ = device;
+}
 
 void DDPCore::broadcast_buffers() {
   NamedTensors buffers = module_buffers(*module_);  // re-read: a module may replace its buffers

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 #include "common/error_context.h"
+#include "compat/libtorch_compat.h"
 #include "process_group/hierarchical/hierarchical_backend.h"
 #include "process_group/nccl/nccl_backend.h"
 #include "process_group/shm/host_topology.h"
@@ -55,6 +57,19 @@ std::shared_ptr<Backend> make_shared_memory_backend(const BackendChoice& choice,
                                                operation);
 }
 
+// "auto" uses NCCL where every member can have a GPU of its own: no host runs more of the
+// group's ranks than its GPUs.
+bool every_rank_can_have_a_gpu(const BackendChoice& choice, const GroupState& group) {
+  if (!nccl_compiled_in() || choice.gpus.empty()) return false;
+  const HostTopology topology = topology_of(choice, group.global_ranks);
+  for (const auto& members : topology.members) {
+    for (int member : members) {
+      if (choice.gpus[group.global_ranks[member]] < static_cast<int>(members.size())) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string normalize_backend_name(const std::string& requested, const std::string& operation) {
@@ -84,24 +99,28 @@ void learn_hosts(BackendChoice& choice, c10d::Store& store, int rank, int world_
 
 std::shared_ptr<Backend> make_flat_gloo(const BackendChoice& choice, const GroupState& group,
                                         const std::string& operation) {
-  return make_gloo_backend(group.store, group.group_rank, group.size(), group.timeout,
-                           choice.gloo_device, operation);
+  return make_gloo_backend(compat::device_backend_store(group.store, "cpu"), group.group_rank,
+                           group.size(), group.timeout, choice.gloo_device, operation);
 }
 
 void make_group_backends(const BackendChoice& choice, std::shared_ptr<Backend> flat_gloo,
                          GroupState& group, const std::string& operation) {
   std::vector<std::shared_ptr<Backend>> backends;
-  const bool nccl = choice.name == "nccl" || (choice.name == "auto" && nccl_usable());
-  if (nccl) {
-    backends.push_back(
-        make_nccl_backend(group.store, group.group_rank, group.size(), group.timeout, operation));
+  const bool required = choice.name == "nccl";
+  if (required || (choice.name == "auto" && every_rank_can_have_a_gpu(choice, group))) {
+    if (auto nccl =
+            make_nccl_backend(compat::device_backend_store(group.store, "cuda"), group.group_rank,
+                              group.size(), group.timeout, operation, required)) {
+      backends.push_back(std::move(nccl));
+    }
   }
+  const size_t cpu = backends.size();
   if (auto shared = make_shared_memory_backend(choice, group, operation)) {
     backends.push_back(std::move(shared));
   }
   backends.push_back(std::move(flat_gloo));
   // What get_backend() says: the user's "nccl", else the backend of CPU tensors.
-  group.backend_name = choice.name == "nccl" ? "nccl" : backends[nccl ? 1 : 0]->name();
+  group.backend_name = required ? "nccl" : backends[cpu]->name();
   group.backends = std::move(backends);
 }
 

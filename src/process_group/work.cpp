@@ -14,6 +14,9 @@ void WorkState::wait() {
         parent->wait();
       } else {
         work->wait();
+        // A backend whose wait only orders streams (NCCL) leaves a failure its watchdog found on
+        // the work instead of throwing it.
+        if (auto failure = work->exception()) std::rethrow_exception(failure);
       }
       if (on_success) on_success();
     } catch (const std::exception& error) {

@@ -532,6 +532,34 @@ TEST(DistributedDataParallel, ModelThatDiffersOnOneRankErrorsAtConstruction) {
   });
 }
 
+TEST(DistributedDataParallel, DeviceIdsNameTheModulesOneDeviceAndInputsGoThere) {
+  run_ranks_ok(1, [](int) {
+    ddp::init_process_group();
+    auto net = make_mlp();
+    // The CPU, as ddp::set_device() gives on a machine without GPUs: the same program runs.
+    ddp::DistributedDataParallel model(net, ddp::DDPOptions().device_ids({torch::kCPU}));
+    EXPECT_EQ(model(torch::ones({2, 20})).sizes(), (std::vector<int64_t>{2, 5}));
+    auto error_of = [&](ddp::DDPOptions options) {
+      try {
+        ddp::DistributedDataParallel wrapped(net, options);
+      } catch (const ddp::DistributedError& error) {
+        return std::string(error.what());
+      }
+      return std::string("no error");
+    };
+    EXPECT_NE(error_of(ddp::DDPOptions().device_ids({torch::kCPU, torch::kCPU}))
+                  .find("device_ids takes one device"),
+              std::string::npos);
+    EXPECT_NE(error_of(ddp::DDPOptions().device_ids({torch::Device("cuda:1")}))
+                  .find("device_ids says cuda:1 but the module's parameters are on cpu"),
+              std::string::npos);
+    EXPECT_NE(error_of(ddp::DDPOptions().output_device(torch::Device("cuda:0")))
+                  .find("output_device cuda:0 differs from the module's device cpu"),
+              std::string::npos);
+    ddp::destroy_process_group();
+  });
+}
+
 TEST(DistributedDataParallel, ModuleWithoutTrainableParametersIsAnError) {
   run_ranks_ok(1, [](int) {
     ddp::init_process_group();

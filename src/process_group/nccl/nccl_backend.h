@@ -14,14 +14,16 @@ namespace ddp::detail {
 
 /// True when this build of ddp-cpp has NCCL (libtorch was built with CUDA).
 bool nccl_compiled_in();
-/// True when NCCL is compiled in and this process sees at least one GPU.
-bool nccl_usable();
-/// Collective over the group's members (lazily: the communicator is made at the first CUDA
-/// collective). Each rank uses the CUDA device current when it makes its first collective
-/// (ddp::set_device).
+/// The GPUs this process sees; 0 where NCCL is not compiled in.
+int visible_gpus();
+/// Collective over the group's members. Each rank uses the CUDA device current when the group
+/// is made (ddp::set_device); NCCL's communicator itself is made at the first CUDA collective.
+/// Checks first that no two members share a GPU (NCCL refuses that later, less clearly):
+/// `required` (backend "nccl") makes that an error naming them; otherwise ("auto") the result is
+/// null, and CUDA tensors go through the group's CPU backends.
 std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                            int group_rank, int group_size,
                                            std::chrono::milliseconds timeout,
-                                           const std::string& operation);
+                                           const std::string& operation, bool required);
 
 }  // namespace ddp::detail

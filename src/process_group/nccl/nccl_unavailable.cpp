@@ -7,11 +7,11 @@ namespace ddp::detail {
 
 bool nccl_compiled_in() { return false; }
 
-bool nccl_usable() { return false; }
+int visible_gpus() { return 0; }
 
 std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
-                                           std::chrono::milliseconds,
-                                           const std::string& operation) {
+                                           std::chrono::milliseconds, const std::string& operation,
+                                           bool) {
   fail(operation, "backend 'nccl' is not available: this libtorch was built without CUDA");
 }
 
