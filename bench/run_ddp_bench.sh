@@ -46,12 +46,16 @@ OUT="${1:-$BUILD_DIR/bench/ddp_bench_results.jsonl}"
 
 BENCH="$BUILD_DIR/bench/ddp_bench"
 DDPRUN="$BUILD_DIR/tools/ddprun/ddprun"
-PEER="$PEERS_DIR/pytorch_ddp_bench.py"
 for f in "$BENCH" "$DDPRUN"; do
   [[ -x "$f" ]] || { echo "missing $f: cmake --build build --target ddp_bench ddprun" >&2; exit 1; }
 done
-[[ -f "$PEER" ]] || { echo "missing $PEER: set PEERS_DIR" >&2; exit 1; }
+[[ -f "$PEERS_DIR/pytorch_ddp_bench.py" ]] ||
+  { echo "no peer in $PEERS_DIR: set PEERS_DIR" >&2; exit 1; }
+# Absolute: the ranks run from PEERS_DIR.
 PEERS_DIR="$(cd "$PEERS_DIR" && pwd)"
+PEER="$PEERS_DIR/pytorch_ddp_bench.py"
+BENCH="$(cd "$(dirname "$BENCH")" && pwd)/ddp_bench"
+DDPRUN="$(cd "$(dirname "$DDPRUN")" && pwd)/ddprun"
 
 export OMP_NUM_THREADS=1
 # The peers' torch.distributed keeps the classic store client: Debian 13's python3-torch is built

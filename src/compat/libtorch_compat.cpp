@@ -30,12 +30,24 @@ StateKey key_of(const at::Tensor& param) { return key_for<StateKey>(param.unsafe
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Store> group_store(
-    const c10::intrusive_ptr<c10d::Store>& default_store, const std::string& name) {
+const c10::intrusive_ptr<c10d::Store>& new_group_parent_store(
+    const c10::intrusive_ptr<c10d::Store>& default_store,
+    const c10::intrusive_ptr<c10d::Store>& world_store) {
 #if TORCH_VERSION_MAJOR >= 2
-  return c10::make_intrusive<c10d::PrefixStore>(name + "/", default_store);
+  (void)default_store;
+  return world_store;
 #else
-  return c10::make_intrusive<c10d::PrefixStore>(name, default_store);
+  (void)world_store;
+  return default_store;
+#endif
+}
+
+c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& parent,
+                                            const std::string& name) {
+#if TORCH_VERSION_MAJOR >= 2
+  return c10::make_intrusive<c10d::PrefixStore>(name + "/", parent);
+#else
+  return c10::make_intrusive<c10d::PrefixStore>(name, parent);
 #endif
 }
 

@@ -9,11 +9,12 @@
 // - torch::optim::Optimizer::state() is keyed by the parameter's TensorImpl printed as a string in
 //   1.13, and by the TensorImpl* itself in 2.x: optimizer_state_of / set_optimizer_state.
 // - c10d::TCPStoreOptions gained useLibUV (2.4), true by default, and a libtorch built without
-//   libuv (Debian's) refuses to host a store then: use_classic_store_server.
-// - torch.distributed lays out a group's keys differently (1.13: "<group>/...", 2.x:
-//   "<group>//<device>//..." per device backend) and ends a group's creation with a store-based
-//   barrier always (1.13) or only with TORCH_DIST_INIT_BARRIER=1 (2.x): group_store,
-//   device_backend_store, creation_barrier. ddp-cpp follows the libtorch it is built against, so
+//   libuv (Debian's) refuses to host a store then: use_classic_tcp_store.
+// - torch.distributed lays out a group's keys differently (1.13: "<group>/..." under the default
+//   store; 2.x: "<group>//<device>//..." per device backend, new groups under the world's store)
+//   and ends a group's creation with a store-based barrier always (1.13) or only with
+//   TORCH_DIST_INIT_BARRIER=1 (2.x): new_group_parent_store, group_store, device_backend_store,
+//   creation_barrier. ddp-cpp follows the libtorch it is built against, so
 //   that Python ranks of the same PyTorch can share its jobs.
 // Differences that one spelling covers in both need no entry here: c10::NoGradGuard (at::'s
 // alias is not reachable in every 2.x), std::to_string, <cstdint>'s INT32_MIN.
@@ -48,22 +49,28 @@ using C10dBackend = c10d::ProcessGroup;
 #endif
 using C10dBackendPtr = c10::intrusive_ptr<C10dBackend>;
 
-/// Has a store's server use c10d's classic socket loop rather than libuv, where libtorch offers
-/// the choice (2.4 and later): every build has the former, and every client speaks to both.
+/// Has a TCP store (server or client) use c10d's classic sockets rather than libuv, where libtorch
+/// offers the choice (2.4 and later): every build has the former (Debian's 2.6 has no libuv and
+/// refuses libuv stores), and the two speak the same protocol.
 template <typename StoreOptions>
-auto use_classic_store_server(StoreOptions& options, int)
+auto use_classic_tcp_store(StoreOptions& options, int)
     -> decltype(options.useLibUV = false, void()) {
   options.useLibUV = false;
 }
 template <typename StoreOptions>
-void use_classic_store_server(StoreOptions&, long) {}  // before 2.4: the classic one only
+void use_classic_tcp_store(StoreOptions&, long) {}  // before 2.4: the classic one only
 template <typename StoreOptions>
-void use_classic_store_server(StoreOptions& options) {
-  use_classic_store_server(options, 0);
+void use_classic_tcp_store(StoreOptions& options) {
+  use_classic_tcp_store(options, 0);
 }
 
-/// The store of the group named `name` ("0" for the world), under the job's default store.
-c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& default_store,
+/// The store under which groups made by new_group keep theirs, and count their creation barrier:
+/// the job's default store in 1.13, the world group's store in 2.x.
+const c10::intrusive_ptr<c10d::Store>& new_group_parent_store(
+    const c10::intrusive_ptr<c10d::Store>& default_store,
+    const c10::intrusive_ptr<c10d::Store>& world_store);
+/// The store of the group named `name` ("0" for the world, under the default store).
+c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& parent,
                                             const std::string& name);
 /// The store of a group's backend for tensors of `device` ("cpu", "cuda").
 c10::intrusive_ptr<c10d::Store> device_backend_store(

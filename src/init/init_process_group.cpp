@@ -115,7 +115,7 @@ void init_process_group(const InitOptions& options) {
     detail::set_rank_for_messages(-1);
     throw;
   }
-  if (spec.rank == 0) store->set(rendezvous::kJobStartedKey, {'1'});
+  if (spec.rank == 0) store->set(rendezvous::kJobStartedKey, std::vector<uint8_t>{'1'});
   state->world = std::move(world);
   state->store = store;
   state->creation_barrier_requested = spec.init_barrier;
@@ -178,7 +178,8 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend
   int number = detail::take_group_number();
   group->name = std::to_string(number);
   auto store = detail::default_store();
-  group->store = compat::group_store(store, group->name);
+  const auto& parent = compat::new_group_parent_store(store, world->store);
+  group->store = compat::group_store(parent, group->name);
   std::shared_ptr<detail::Backend> gloo;
   if (group->is_member()) {
     const std::string operation = "new_group(" + detail::join_ints(sorted) + ")";
@@ -187,7 +188,7 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend
   }
   if (auto barrier =
           compat::creation_barrier(group->name, number + 1, detail::creation_barrier_requested())) {
-    rendezvous::store_based_barrier(*store, *barrier, world->size(), world->timeout, "new_group");
+    rendezvous::store_based_barrier(*parent, *barrier, world->size(), world->timeout, "new_group");
   }
   if (gloo) gloo->set_sequence_number_for_group();
   detail::register_group(group);

@@ -9,8 +9,9 @@
 
 namespace ddp::rendezvous {
 
-/// REQUIRES: `store` is the default store ("default_pg" prefix); `key` is the barrier's, as
-/// compat::creation_barrier names it for the libtorch in use.
+/// REQUIRES: `store` and `key` are where and how torch.distributed of the libtorch in use counts
+/// this barrier (compat::creation_barrier; the default store for init, the new groups' parent
+/// store for new_group).
 void store_based_barrier(c10d::Store& store, const std::string& key, int world_size,
                          std::chrono::milliseconds timeout, const std::string& operation);
 

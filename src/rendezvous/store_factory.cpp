@@ -32,7 +32,7 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
   // who is missing.
   options.waitWorkers = !options.isServer;
   options.timeout = timeout;
-  compat::use_classic_store_server(options);
+  compat::use_classic_tcp_store(options);
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(spec.host, options);
     if (!spec.use_agent_store) return store;

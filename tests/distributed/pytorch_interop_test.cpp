@@ -7,6 +7,7 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "compat/libtorch_compat.h"
 #include "ddp/ddp.h"
 #include "support/multiprocess.h"
 
@@ -137,7 +138,9 @@ store.wait(["/worker/attempt_1/test_done"])
       c10d::TCPStoreOptions options;
       options.port = static_cast<std::uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
       options.waitWorkers = false;
-      c10d::TCPStore("127.0.0.1", options).set("/worker/attempt_1/test_done", {'1'});
+      ddp::compat::use_classic_tcp_store(options);
+      c10d::TCPStore("127.0.0.1", options)
+          .set("/worker/attempt_1/test_done", std::vector<uint8_t>{'1'});
     }
   });
   for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
