@@ -15,6 +15,7 @@
 #                        (Debian: /usr/src/googletest)
 #   PEERS_DIR            the peer benchmark's folder (default: ../shared/peers)
 #   JOBS                 build jobs (default: all cores)
+#   MODELS, STEPS, WARMUP, BENCH_REPS  the benchmark's (mlp cnn resnet, 50, 10, 3)
 #   SKIP_TESTS=1, SKIP_BENCH=1  leave a part out; REQUIRE_NCCL=0 goes on with a CPU libtorch
 # Exits non-zero when a step fails; every step's log is kept in OUT_DIR.
 set -euo pipefail
@@ -82,7 +83,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   : >"$results"
   port=29611
   for model in ${MODELS:-mlp cnn resnet}; do
-    for rep in 1 2 3; do
+    for ((rep = 1; rep <= ${BENCH_REPS:-3}; rep++)); do
       for mode in no_ddp ddp; do
         flags=(--model "$model" --device cuda --steps "${STEPS:-50}" --warmup "${WARMUP:-10}")
         [ "$mode" = no_ddp ] && flags+=(--no-ddp)
