@@ -8,6 +8,9 @@
 #   pytorch_ddp    PyTorch's DDP (NPROC python processes, gloo)
 #   ours_lockstep  ours without DDP but in lockstep (ddp_bench --lockstep: one float all_reduced
 #                  after each backward), the floor of any synchronous data-parallel training here
+#   ours_by_hand   (not in the default RUNS) ours, default backend, its ranks started by hand with
+#                  torchrun's environment and without GLIBC_TUNABLES: glibc's defaults, as under
+#                  torchrun, mpirun or srun, where only init_process_group's own tuning helps
 #   each repeated REPS times, alternating; the table reports the median run. Then (EXTRAS,
 #   default both):
 #   single         ours, one process without DDP (compute only)
@@ -147,6 +150,9 @@ for model in $MODELS; do
         ours_ddp_gloo) ours_ddp "$model" "$rep" ours_ddp_gloo gloo ;;
         pytorch_ddp) peer_ddp "$model" "$rep" ;;
         ours_lockstep) ours_ddp "$model" "$rep" ours_lockstep auto --lockstep ;;
+        ours_by_hand)
+          by_hand "$TMP/hand" env -u GLIBC_TUNABLES "$BENCH" --model "$model" "${COMMON[@]}"
+          record ours_by_hand "$rep" "$TMP/hand0.out" ;;
         *) echo "unknown run '$run' in RUNS" >&2; exit 2 ;;
       esac
     done
@@ -172,10 +178,11 @@ backend = {r.get("backend") for r in rows if r["run"] == "ours_ddp"}
 backend = backend.pop() if len(backend) == 1 else "MIXED " + str(sorted(map(str, backend)))
 world = {r["world_size"] for r in rows if r["run"] == "pytorch_ddp"} or {"?"}
 print(f"{world.pop()} ranks")
+by_hand = any(r["run"] == "ours_by_hand" for r in rows)
 print(f"| model | params | ours ms ({backend}) | ours ms (gloo) | PyTorch ms (gloo) | ours/PyTorch | "
       "ours (gloo)/PyTorch | lockstep no-DDP ms | lockstep/PyTorch | no-DDP 1 proc ms | "
-      "concurrent no-DDP ms |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "concurrent no-DDP ms |" + (" ours by hand ms | by hand/PyTorch |" if by_hand else ""))
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if by_hand else ""))
 for m in models:
     params = {r["params"] for r in rows if r["model"] == m}
     p = "{:,}".format(params.pop()) if len(params) == 1 else "MISMATCH " + str(sorted(params))
@@ -183,5 +190,6 @@ for m in models:
     lock = med(m, "ours_lockstep")
     print(f"| {m} | {p} | {ours:.1f} | {gloo:.1f} | {peer:.1f} | {ours / peer:.2f} | {gloo / peer:.2f} | "
           f"{lock:.1f} | {lock / peer:.2f} | {med(m, 'ours_noddp_1proc'):.1f} | "
-          f"{med(m, 'ours_noddp_concurrent', max):.1f} |")
+          f"{med(m, 'ours_noddp_concurrent', max):.1f} |" +
+          (f" {med(m, 'ours_by_hand'):.1f} | {med(m, 'ours_by_hand') / peer:.2f} |" if by_hand else ""))
 PY

@@ -69,26 +69,27 @@ class Backend {
   /// divides.
   virtual bool averages_natively() const { return false; }
 
-  virtual BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch) = 0;
-  virtual BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) = 0;
+  // The calls. Each backend overrides those it takes (takes() says which): the group never gives
+  // a backend a call it does not take, and the defaults say so, as a bug, if it ever did.
+  virtual BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch);
+  virtual BackendWork broadcast(at::Tensor& tensor, int root, Launch launch);
   /// outputs[r] receives group rank r's input; one per group rank, each like input.
   virtual BackendWork all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input,
-                                 Launch launch) = 0;
-  virtual BackendWork barrier(Launch launch) = 0;
-  /// Only where takes(kReduceScatter): output = op over ranks of inputs[this rank].
+                                 Launch launch);
+  virtual BackendWork barrier(Launch launch);
+  /// output = op over ranks of inputs[this rank] (kReduceScatter: natively).
   virtual BackendWork reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, RedOp op,
                                      Launch launch);
-  virtual BackendWork reduce(at::Tensor& tensor, int root, RedOp op) = 0;
+  virtual BackendWork reduce(at::Tensor& tensor, int root, RedOp op);
   /// outputs: one per group rank on the root, empty elsewhere.
-  virtual BackendWork gather(std::vector<at::Tensor>& outputs, at::Tensor& input, int root) = 0;
+  virtual BackendWork gather(std::vector<at::Tensor>& outputs, at::Tensor& input, int root);
   /// inputs: one per group rank on the root, empty elsewhere.
-  virtual BackendWork scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, int root) = 0;
-  virtual BackendWork send(at::Tensor& tensor, int peer, int tag) = 0;
-  virtual BackendWork recv(at::Tensor& tensor, int peer, int tag) = 0;
-  /// Only where takes(kAllReduceLists): outputs[i] = the sum over ranks of inputs[i] * factor
-  /// (PREMUL_SUM: each product rounded, summed in rank order) or op over ranks of inputs[i], the
-  /// lists reduced as one run of elements. The inputs are only read, and only while the op runs;
-  /// outputs[i] may be inputs[i].
+  virtual BackendWork scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, int root);
+  virtual BackendWork send(at::Tensor& tensor, int peer, int tag);
+  virtual BackendWork recv(at::Tensor& tensor, int peer, int tag);
+  /// outputs[i] = the sum over ranks of inputs[i] * factor (PREMUL_SUM: each product rounded,
+  /// summed in rank order) or op over ranks of inputs[i], the lists reduced as one run of
+  /// elements. The inputs are only read, and only while the op runs; outputs[i] may be inputs[i].
   virtual BackendWork all_reduce_lists(std::vector<at::Tensor> inputs,
                                        std::vector<at::Tensor> outputs, RedOp op, double factor,
                                        Launch launch);
@@ -99,7 +100,9 @@ class Backend {
 
  protected:
   Backend() = default;
-  /// For the optional calls of a backend that does not take them: a bug above this layer.
+
+ private:
+  /// A call the backend does not take: a bug above this layer.
   [[noreturn]] void not_taken(const char* call) const;
 };
 

@@ -51,17 +51,6 @@ class HierarchicalBackend : public Backend {
   BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch) override;
   BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) override;
 
-  // Never taken: the flat gloo group after this one carries them.
-  BackendWork all_gather(std::vector<at::Tensor>&, at::Tensor&, Launch) override {
-    not_taken("all_gather");
-  }
-  BackendWork barrier(Launch) override { not_taken("barrier"); }
-  BackendWork reduce(at::Tensor&, int, RedOp) override { not_taken("reduce"); }
-  BackendWork gather(std::vector<at::Tensor>&, at::Tensor&, int) override { not_taken("gather"); }
-  BackendWork scatter(at::Tensor&, std::vector<at::Tensor>&, int) override { not_taken("scatter"); }
-  BackendWork send(at::Tensor&, int, int) override { not_taken("send"); }
-  BackendWork recv(at::Tensor&, int, int) override { not_taken("recv"); }
-
  private:
   // Run on the op queue.
   void all_reduce_now(const at::Tensor& tensor, RedOp op);

@@ -45,13 +45,6 @@ class ShmBackend : public Backend {
   BackendWork all_reduce_lists(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
                                RedOp op, double factor, Launch launch) override;
 
-  // Never taken: the flat gloo group after this one carries them.
-  BackendWork reduce(at::Tensor&, int, RedOp) override { not_taken("reduce"); }
-  BackendWork gather(std::vector<at::Tensor>&, at::Tensor&, int) override { not_taken("gather"); }
-  BackendWork scatter(at::Tensor&, std::vector<at::Tensor>&, int) override { not_taken("scatter"); }
-  BackendWork send(at::Tensor&, int, int) override { not_taken("send"); }
-  BackendWork recv(at::Tensor&, int, int) override { not_taken("recv"); }
-
  private:
   BackendWork enqueue(c10d::OpType type, Launch launch, std::function<void()> body);
 
