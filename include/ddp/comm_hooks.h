@@ -52,9 +52,10 @@ CommHook allreduce();
 /// Casts the bucket to float16, all-reduces it, divides, and casts back into the bucket: half the
 /// bytes on the wire.
 CommHook fp16_compress();
-/// The same with bfloat16 (wider range than float16, less precision). Gloo cannot reduce
-/// bfloat16, so the compressed buckets are all-gathered and summed locally in float32, in rank
-/// order (identical on every rank); at 2 ranks that moves as many bytes as fp16_compress.
+/// The same with bfloat16 (wider range than float16, less precision). Where the group reduces
+/// bfloat16 itself (NCCL, shared memory) the compressed bucket is all-reduced (each partial sum
+/// rounded to bfloat16); gloo cannot, so there the compressed buckets are all-gathered and summed
+/// locally in float32, in rank order (identical on every rank), and rounded once.
 CommHook bf16_compress();
 
 }  // namespace comm_hooks

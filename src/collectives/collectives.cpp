@@ -18,9 +18,10 @@ using detail::Collective;
 using detail::CollectiveCall;
 using detail::Launch;
 
-// Issues `launch` on the backend and wraps its failure with the operation's context.
-template <typename Launch>
-c10::intrusive_ptr<c10d::Work> launch(CollectiveCall& call, Launch&& body) {
+// Runs `body`, which issues the call on the backend, and wraps its failure with the operation's
+// context.
+template <typename Body>
+c10::intrusive_ptr<c10d::Work> launch(CollectiveCall& call, Body&& body) {
   try {
     return body();
   } catch (const std::exception& error) {
@@ -66,6 +67,13 @@ Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group
 bool reduces_lists_in_place(const ProcessGroup& group, const at::Tensor& like) {
   auto state = group.state();
   return state->is_member() && state->backend_for(Collective::kAllReduceLists, like) != nullptr;
+}
+
+bool reduces_natively(const ProcessGroup& group, const at::Tensor& like) {
+  auto state = group.state();
+  if (!state->is_member()) return false;
+  const Backend* backend = state->backend_for(Collective::kAllReduce, like);
+  return backend != nullptr && backend->reduces(like.scalar_type());
 }
 
 Work premul_sum_async(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,

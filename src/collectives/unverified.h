@@ -16,6 +16,9 @@ Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group
                       Launch launch = Launch::kAsync);
 Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group, bool verify,
                      Launch launch = Launch::kAsync);
+/// True when the group all-reduces tensors like `like` (device, dtype) in its backend; false
+/// where it would have to move them elsewhere or cannot reduce their dtype (bfloat16 on gloo).
+bool reduces_natively(const ProcessGroup& group, const at::Tensor& like);
 Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs,
                       const ProcessGroup& group, bool verify, Launch launch = Launch::kAsync);
 /// True when a backend of the group all-reduces lists of tensors like `like` (device, dtype)

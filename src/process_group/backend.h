@@ -68,6 +68,12 @@ class Backend {
   /// True when ReduceOp AVG runs in the backend itself; otherwise the layer above sums and
   /// divides.
   virtual bool averages_natively() const { return false; }
+  /// True when this backend reduces tensors of `dtype` (gloo has no bfloat16: DDP's bf16 hook
+  /// then moves the bytes and sums them itself).
+  virtual bool reduces(c10::ScalarType dtype) const {
+    (void)dtype;
+    return true;
+  }
 
   // The calls. Each backend overrides those it takes (takes() says which): the group never gives
   // a backend a call it does not take, and the defaults say so, as a bug, if it ever did.

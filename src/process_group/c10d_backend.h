@@ -22,6 +22,7 @@ struct C10dTraits {
   bool reduce_scatters = false;                   // natively
   bool averages = false;                          // ReduceOp AVG natively
   bool barrier = true;                            // takes barriers
+  bool bfloat16 = true;                           // reduces bfloat16
 };
 
 class C10dBackend : public Backend {
@@ -32,6 +33,9 @@ class C10dBackend : public Backend {
   std::string name() const override { return traits_.name; }
   bool takes(Collective collective, const at::Tensor& like) const override;
   bool averages_natively() const override { return traits_.averages; }
+  bool reduces(c10::ScalarType dtype) const override {
+    return dtype != c10::kBFloat16 || traits_.bfloat16;
+  }
 
   BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch) override;
   BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) override;

@@ -29,8 +29,13 @@ CommHook fp16_compress() {
 CommHook bf16_compress() {
   return [](const ProcessGroup& group, GradBucket& bucket) {
     at::Tensor buffer = bucket.buffer();
-    // Gloo has no bfloat16 (nor int16) support: move the raw bytes, add them up here in float32.
-    at::Tensor compressed = (buffer / group.size()).to(at::kBFloat16).view(at::kByte);
+    at::Tensor halved = (buffer / group.size()).to(at::kBFloat16);
+    if (detail::reduces_natively(group, halved)) {  // NCCL, shared memory
+      return detail::all_reduce_async(halved, ReduceOp::SUM, group, /*verify=*/false)
+          .then([buffer, halved]() mutable { buffer.copy_(halved); });
+    }
+    // gloo has no bfloat16 (nor int16) reduction: move the raw bytes, add them up here in float32.
+    at::Tensor compressed = halved.view(at::kByte);
     auto gathered = std::make_shared<std::vector<at::Tensor>>();
     return detail::all_gather_async(compressed, *gathered, group, /*verify=*/false)
         .then([buffer, gathered]() mutable {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "collectives/unverified.h"
 #include "ddp/ddp.h"
 #include "reducer/call_after_accumulation.h"
 #include "reducer/reducer.h"
@@ -610,6 +611,31 @@ TEST(DistributedDataParallel, CompressionHooksTrainWithinTolerance) {
                                      5e-3);
     expect_equivalent_to_one_process(false, 2, rank, options, ddp::comm_hooks::bf16_compress(),
                                      3e-2);
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, Bf16HookReducesInSharedMemoryAndSumsTheSameAsOverGloo) {
+  // Shared memory reduces bfloat16 itself: the hook all-reduces there instead of all-gathering
+  // every rank's bucket as it must on gloo. Two ranks' sum is rounded once either way, so the
+  // bits agree (with more ranks the all-reduce rounds once per pair, as gloo and NCCL do).
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm"));
+    auto gloo = ddp::new_group({0, 1}, "gloo");
+    const auto bf16 = torch::zeros({1}, torch::kBFloat16);
+    EXPECT_TRUE(ddp::detail::reduces_natively(ddp::ProcessGroup(), bf16));
+    EXPECT_FALSE(ddp::detail::reduces_natively(gloo, bf16));
+    EXPECT_TRUE(ddp::detail::reduces_natively(gloo, torch::zeros({1})));
+    auto hook = ddp::comm_hooks::bf16_compress();
+    for (int64_t numel : {int64_t(1000), int64_t(300000)}) {  // one phase, and several rounds
+      torch::manual_seed(rank);
+      auto values = torch::randn({numel});
+      ddp::GradBucket on_shm(0, 1, values.clone(), {});
+      ddp::GradBucket on_gloo(0, 1, values.clone(), {});
+      hook(ddp::ProcessGroup(), on_shm).wait();
+      hook(gloo, on_gloo).wait();
+      EXPECT_TRUE(torch::equal(on_shm.buffer(), on_gloo.buffer())) << numel;
+    }
     ddp::destroy_process_group();
   });
 }

@@ -82,6 +82,7 @@ std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>
     store->set(arrival_key(group_rank), std::vector<uint8_t>{1});
     C10dTraits traits;
     traits.name = "gloo";
+    traits.bfloat16 = false;  // ProcessGroupGloo's reductions have no bfloat16 kernel
     return std::make_shared<C10dBackend>(
         c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, options),
         std::move(traits));

@@ -47,6 +47,8 @@ class HierarchicalBackend : public Backend {
 
   std::string name() const override { return "hierarchical"; }
   bool takes(Collective collective, const at::Tensor& like) const override;
+  /// As its leaders' gloo group: no bfloat16.
+  bool reduces(c10::ScalarType dtype) const override { return dtype != c10::kBFloat16; }
 
   BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch) override;
   BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) override;
