@@ -110,12 +110,12 @@ void init_process_group(const InitOptions& options) {
     // As torch.distributed does after the barrier: rank 0 publishes the collective sequence
     // number through the store (PyTorch ranks of the job wait for it).
     gloo->set_sequence_number_for_group();
+    if (spec.rank == 0) store->set(rendezvous::kJobStartedKey, std::vector<uint8_t>{'1'});
   } catch (...) {
     world->release();
     detail::set_rank_for_messages(-1);
     throw;
   }
-  if (spec.rank == 0) store->set(rendezvous::kJobStartedKey, std::vector<uint8_t>{'1'});
   state->world = std::move(world);
   state->store = store;
   state->creation_barrier_requested = spec.init_barrier;
