@@ -7,8 +7,8 @@
 #   scripts/trixie_env.sh bench/run_ddp_bench.sh
 #
 # The first run makes the chroot with debootstrap and installs libtorch-dev, libgloo-dev,
-# python3-torch, libgtest-dev and the build tools from trixie's main archive (about 10 minutes
-# and 2.5 GB); later runs reuse it. It lives outside the checkout, in $DDP_TRIXIE_ROOT (default
+# python3-torch, libgtest-dev and the build tools from trixie's main archive (about 4 minutes
+# and 2 GB here); later runs reuse it. It lives outside the checkout, in $DDP_TRIXIE_ROOT (default
 # /var/tmp/ddp-cpp-trixie), and the mirror is the one this machine's apt already uses. The
 # checkout is bind-mounted at /work/ddp-cpp inside; builds go to build-trixie/ (DDP_BUILD_DIR),
 # so that the host's build/ (libtorch 1.13) stays as it is. Runs are serialised by a lock, and
