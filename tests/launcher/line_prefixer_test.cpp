@@ -62,5 +62,37 @@ TEST(LinePrefixer, NoTailByDefault) {
   EXPECT_TRUE(p.tail().empty());
 }
 
+TEST(LinePrefixer, ACarriageReturnStartsTheLineOverAndMakesItLive) {
+  LinePrefixer p("[0]: ");
+  EXPECT_EQ(p.Feed("\rstep 1/3"), Lines{});
+  EXPECT_EQ(p.live_line(), "step 1/3");
+  EXPECT_EQ(p.Feed("\rstep 2/3\rst"), Lines{});
+  EXPECT_EQ(p.live_line(), "st");
+  EXPECT_EQ(p.Feed("ep 3/3"), Lines{});
+  EXPECT_EQ(p.live_line(), "step 3/3");
+  // The newline ends it: one line with the bar's last state, and nothing live any more.
+  EXPECT_EQ(p.Feed("\nnext"), (Lines{"[0]: step 3/3\n"}));
+  EXPECT_EQ(p.live_line(), "");
+  EXPECT_EQ(p.Finish(), "[0]: next\n");
+}
+
+TEST(LinePrefixer, ACarriageReturnSplitFromItsNewlineIsKept) {
+  LinePrefixer p("[0]: ");
+  EXPECT_EQ(p.Feed("dos line\r"), Lines{});
+  EXPECT_EQ(p.live_line(), "");  // nothing was started over
+  EXPECT_EQ(p.Feed("\n"), Lines{"[0]: dos line\r\n"});
+  EXPECT_EQ(p.Feed("a\rb\r"), Lines{});
+  EXPECT_EQ(p.live_line(), "b");
+  EXPECT_EQ(p.Feed("\n"), Lines{"[0]: b\r\n"});
+}
+
+TEST(LinePrefixer, ARedrawnLineNeverGrowsTheBuffer) {
+  LinePrefixer p("[0]: ");
+  const std::string bar(1000, '#');
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(p.Feed("\r" + bar), Lines{});  // 200 KB in all
+  EXPECT_EQ(p.live_line(), bar);
+  EXPECT_EQ(p.Finish(), "[0]: " + bar + "\n");
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -47,6 +47,7 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
   settings.command = options.command;
   settings.monitor_interval_s = options.monitor_interval_s;
   settings.stop_grace_s = options.stop_grace_s;
+  settings.terminal = isatty(STDOUT_FILENO) != 0;
 
   std::unique_ptr<SignalRelay> relay;
   try {
@@ -60,6 +61,9 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
     std::vector<WorkerLaunch> launches;
     for (int local_rank = 0; local_rank < options.nproc_per_node; ++local_rank) {
       EnvVars vars = WorkerVariables(options, local_rank, restart_count, online_cores, user);
+      // The workers' stdout is a pipe: this tells them that their lines reach a terminal, where
+      // a progress bar redrawn with "\r" stays in place (see TerminalStatus).
+      vars.emplace_back("DDPRUN_STDOUT_TTY", settings.terminal ? "1" : "0");
       launches.push_back(
           {GlobalRank(options, local_rank), local_rank, MergeEnvironment(environ, vars)});
     }

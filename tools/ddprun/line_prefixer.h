@@ -2,6 +2,11 @@
 // (e.g. "[1]: ") and newline-terminated, ready to be written with a single write(). It buffers
 // an incomplete line until its newline arrives or the stream ends, and keeps the last few lines
 // (unprefixed) for the failure summary. One instance per pipe; not thread-safe.
+//
+// A carriage return inside a line starts the line over, as on a terminal: a progress bar that
+// redraws itself with "\r" becomes one line holding its last state (a "\r" just before the
+// newline, as in "\r\n", is kept). Until its newline comes, such a line is the stream's live
+// line, which ddprun redraws in place at the bottom of its terminal.
 #pragma once
 
 #include <cstddef>
@@ -32,12 +37,19 @@ class LinePrefixer {
   // The last `tail_lines` lines, oldest first, without prefix or newline.
   const std::deque<std::string>& tail() const { return tail_; }
 
+  // The line being redrawn with carriage returns (its state so far, unprefixed), or empty when
+  // the pending text has no carriage return in it.
+  std::string_view live_line() const;
+  const std::string& prefix() const { return prefix_; }
+
  private:
+  void Append(std::string_view piece);
   std::string Emit(std::string_view line);
 
   std::string prefix_;
   size_t tail_lines_;
   std::string partial_;
+  bool redrawn_ = false;  // partial_ has been started over by a carriage return
   std::deque<std::string> tail_;
 };
 

@@ -39,7 +39,8 @@ worker environment (local rank i of node k, p = nproc-per-node, n = nnodes), add
   RANK=k*p+i  LOCAL_RANK=i  WORLD_SIZE=n*p  LOCAL_WORLD_SIZE=p  GROUP_RANK=k  GROUP_WORLD_SIZE=n
   ROLE_RANK=RANK  ROLE_WORLD_SIZE=WORLD_SIZE  ROLE_NAME  MASTER_ADDR  MASTER_PORT
   TORCHELASTIC_RESTART_COUNT (0, then 1, 2, ... per restart)  TORCHELASTIC_MAX_RESTARTS
-  TORCHELASTIC_RUN_ID  OMP_NUM_THREADS=max(1, cores/p), unless already set for ddprun.
+  TORCHELASTIC_RUN_ID  DDPRUN_STDOUT_TTY (1 when ddprun's stdout is a terminal, else 0)
+  OMP_NUM_THREADS=max(1, cores/p), unless already set for ddprun.
   GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456
     (keeps freed activations in the heap instead of page-faulting them back every step),
     unless GLIBC_TUNABLES or a MALLOC_* variable is already set for ddprun.
@@ -48,6 +49,9 @@ Rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STO
 output:
   Each line a worker writes is relayed whole, prefixed with `[RANK]: `; its stdout goes to
   ddprun's stdout and its stderr to ddprun's stderr. A last line without a newline gets one.
+  A carriage return starts a line over: a progress bar redrawn with "\r" becomes one line with
+  its last state. When ddprun's stdout is a terminal, such a bar is drawn live at the bottom of
+  it, below the other ranks' lines, and the workers get DDPRUN_STDOUT_TTY=1 (0 otherwise).
 
 exit behaviour:
   0         every worker exited 0.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "fd_io.h"
 #include "line_prefixer.h"
 #include "shm_cleanup.h"
+#include "terminal_status.h"
 
 namespace ddprun {
 namespace {
@@ -35,6 +37,7 @@ constexpr int kChildSetupFailed = 125;
 struct Stream {
   int fd = -1;
   int sink_fd = -1;
+  size_t slot = 0;  // its line in the terminal's status area
   std::unique_ptr<LinePrefixer> lines;
 };
 
@@ -46,6 +49,12 @@ struct Worker {
   Stream out;
   Stream err;
 };
+
+size_t TerminalColumns(int fd) {
+  winsize size{};
+  if (ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;
+}
 
 // Everything here runs between fork() and exec(). ddprun is single-threaded, so the child may
 // use the C library freely, but it only touches memory prepared before the fork.
@@ -98,7 +107,10 @@ class Supervisor {
       worker.out.lines = std::make_unique<LinePrefixer>(prefix);
       worker.err.sink_fd = settings.stderr_fd;
       worker.err.lines = std::make_unique<LinePrefixer>(prefix, settings.stderr_tail_lines);
+      worker.out.slot = 2 * i;
+      worker.err.slot = 2 * i + 1;
     }
+    if (settings.terminal) status_ = std::make_unique<TerminalStatus>(2 * launches.size());
   }
 
   GroupResult Run() {
@@ -208,10 +220,7 @@ class Supervisor {
     for (int reads = 0; stream.fd >= 0 && reads < kMaxReadsPerPump; ++reads) {
       ssize_t n = read(stream.fd, buffer, sizeof(buffer));
       if (n > 0) {
-        for (const std::string& line :
-             stream.lines->Feed(std::string_view(buffer, static_cast<size_t>(n)))) {
-          WriteAll(stream.sink_fd, line);
-        }
+        Relay(stream, stream.lines->Feed(std::string_view(buffer, static_cast<size_t>(n))));
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -232,9 +241,25 @@ class Supervisor {
   void Finish(Stream& stream) {
     if (stream.fd < 0) return;
     std::string last = stream.lines->Finish();
-    if (!last.empty()) WriteAll(stream.sink_fd, last);
+    Relay(stream, last.empty() ? std::vector<std::string>{} : std::vector<std::string>{last});
     close(stream.fd);
     stream.fd = -1;
+  }
+
+  // Writes complete lines to the stream's sink. On a terminal, the status area with the live
+  // lines is erased first and drawn again after them, so that the lines scroll above it.
+  void Relay(Stream& stream, const std::vector<std::string>& lines) {
+    if (!status_) {
+      for (const std::string& line : lines) WriteAll(stream.sink_fd, line);
+      return;
+    }
+    std::string_view live = stream.lines->live_line();
+    const bool changed =
+        status_->Set(stream.slot, live.empty() ? "" : stream.lines->prefix() + std::string(live));
+    if (lines.empty() && !changed) return;
+    if (!lines.empty()) WriteAll(settings_.stdout_fd, status_->Erase());
+    for (const std::string& line : lines) WriteAll(stream.sink_fd, line);
+    WriteAll(settings_.stdout_fd, status_->Draw(TerminalColumns(settings_.stdout_fd)));
   }
 
   void Reap() {
@@ -332,6 +357,7 @@ class Supervisor {
   }
 
   const GroupSettings& settings_;
+  std::unique_ptr<TerminalStatus> status_;  // only when stdout is a terminal
   SignalRelay& relay_;
   std::vector<Worker> workers_;
   const Worker* failed_ = nullptr;

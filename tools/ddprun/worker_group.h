@@ -30,6 +30,9 @@ struct GroupSettings {
   size_t stderr_tail_lines = 20;
   int stdout_fd = 1;
   int stderr_fd = 2;
+  // stdout_fd is a terminal: the workers' live lines (bars redrawn with "\r") are kept at its
+  // bottom, below their other lines (TerminalStatus).
+  bool terminal = false;
 };
 
 struct GroupResult {
