@@ -6,7 +6,8 @@
 // Each rank trains on its DistributedSampler shard (a new order each epoch), gradients are
 // averaged by DDP, test accuracy is computed across ranks after each epoch (each rank evaluates
 // its share; the counts are all-reduced), rank 0 saves a checkpoint after each epoch and writes
-// the metrics (CSV) and a plot (SVG). The last line is a JSON summary. With GPUs, each rank
+// the metrics (per epoch, and the training loss every few steps, as CSV) and a plot (SVG). The
+// last line is a JSON summary. With GPUs, each rank
 // trains on its own (cuda:LOCAL_RANK, --device), and "auto" gives CUDA tensors to NCCL:
 //
 //   build/tools/ddprun/ddprun --standalone --nproc-per-node 4 build/examples/fashion_mnist
@@ -21,8 +22,8 @@
 #include <string>
 
 #include "idx_reader.h"
-#include "metrics_plot.h"
 #include "progress.h"
+#include "training_history.h"
 
 namespace {
 
@@ -36,8 +37,10 @@ struct Options {
   std::string checkpoint = "fashion_mnist.pt";
   bool resume = false;
   std::string metrics = "fashion_mnist_metrics.csv";
+  std::string loss_csv = "fashion_mnist_loss.csv";
   std::string plot = "fashion_mnist.svg";
-  int threads = 0;  // 0: keep OMP_NUM_THREADS / libtorch's default
+  int log_every = 10;  // steps between two points of the loss curve
+  int threads = 0;     // 0: keep OMP_NUM_THREADS / libtorch's default
   // "auto": cuda:LOCAL_RANK where this rank has a GPU of its own, else the CPU.
   std::string device = "auto";
 };
@@ -45,14 +48,18 @@ struct Options {
 const char* kUsage =
     "usage: fashion_mnist [--data DIR] [--epochs N] [--batch-size B] [--optimizer adam|sgd]\n"
     "                     [--lr LR] [--seed S] [--checkpoint PATH] [--resume]\n"
-    "                     [--metrics FILE.csv] [--plot FILE.svg] [--threads N]\n"
+    "                     [--metrics FILE.csv] [--loss-csv FILE.csv] [--log-every N]\n"
+    "                     [--plot FILE.svg] [--threads N]\n"
     "                     [--device auto|cpu|cuda]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
     "--checkpoint fashion_mnist.pt (written after every epoch; --checkpoint '' for none),\n"
-    "--metrics fashion_mnist_metrics.csv, --plot fashion_mnist.svg; --resume continues from\n"
-    "the checkpoint, exactly as if the run had not stopped. --device auto (the default) trains\n"
+    "--metrics fashion_mnist_metrics.csv (per epoch), --loss-csv fashion_mnist_loss.csv (the\n"
+    "training loss every --log-every 10 steps), --plot fashion_mnist.svg. --resume continues\n"
+    "from the checkpoint exactly as if the run had not stopped, and continues the CSV files\n"
+    "and the plot with it (the history is kept in the checkpoint). --device auto (the default) "
+    "trains\n"
     "on cuda:LOCAL_RANK where this rank has a GPU of its own, else on the CPU.\n";
 
 Options parse(int argc, char** argv) {
@@ -84,6 +91,10 @@ Options parse(int argc, char** argv) {
       o.resume = true;
     } else if (arg == "--metrics") {
       o.metrics = value();
+    } else if (arg == "--loss-csv") {
+      o.loss_csv = value();
+    } else if (arg == "--log-every") {
+      o.log_every = std::stoi(value());
     } else if (arg == "--plot") {
       o.plot = value();
     } else if (arg == "--threads") {
@@ -98,6 +109,7 @@ Options parse(int argc, char** argv) {
     throw std::runtime_error("--optimizer must be adam or sgd, got '" + o.optimizer + "'");
   }
   if (o.resume && o.checkpoint.empty()) throw std::runtime_error("--resume needs --checkpoint");
+  if (o.log_every < 1) throw std::runtime_error("--log-every must be at least 1");
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
     throw std::runtime_error("--device must be auto, cpu or cuda, got '" + o.device + "'");
   }
@@ -150,6 +162,29 @@ double test_accuracy(Net& net, const fashion_mnist::Split& test, int rank, int w
   return static_cast<double>(counts[0].item<int64_t>()) / counts[1].item<int64_t>();
 }
 
+// The training history travels in the checkpoint as two tensors of doubles (readable from Python
+// too: checkpoint["history_epochs"] has a row per epoch), so a resumed run continues its curves.
+ddp::ExtraState history_to_extra(const fashion_mnist::TrainingHistory& history) {
+  auto tensor_of = [](std::vector<double> rows, int64_t fields) {
+    const int64_t count = static_cast<int64_t>(rows.size()) / fields;
+    return torch::tensor(rows, torch::kDouble).view({count, fields});
+  };
+  return {{"history_epochs", tensor_of(history.epoch_rows(), 5)},
+          {"history_losses", tensor_of(history.loss_rows(), 3)}};
+}
+
+fashion_mnist::TrainingHistory history_from(const ddp::ExtraState& extra) {
+  auto rows_of = [&](const char* key) {
+    auto found = extra.find(key);
+    if (found == extra.end()) return std::vector<double>{};  // a checkpoint of an older example
+    auto tensor = found->second.toTensor().to(torch::kDouble).contiguous();
+    return std::vector<double>(tensor.data_ptr<double>(),
+                               tensor.data_ptr<double>() + tensor.numel());
+  };
+  return fashion_mnist::TrainingHistory::from_rows(rows_of("history_epochs"),
+                                                   rows_of("history_losses"));
+}
+
 int run(const Options& o) {
   const torch::Device device = pick_device(o.device);
   ddp::init_process_group();
@@ -176,10 +211,11 @@ int run(const Options& o) {
                                                     torch::optim::SGDOptions(o.lr).momentum(0.9));
   }
   int first_epoch = 0;
-  std::vector<fashion_mnist::EpochMetrics> history;
+  fashion_mnist::TrainingHistory history;
   if (o.resume) {
     auto extra = ddp::load_checkpoint(o.checkpoint, *net, optimizer.get());
     first_epoch = static_cast<int>(extra.at("epoch").toInt());
+    history = history_from(extra);
     if (rank == 0)
       std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), first_epoch);
   }
@@ -187,14 +223,20 @@ int run(const Options& o) {
   ddp::DistributedDataParallel model(net, ddp::DDPOptions().device_ids({device}));
   ddp::DistributedSampler sampler(train.images.size(0), ddp::SamplerOptions().seed(o.seed));
   const int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
+  if (rank == 0) {
+    std::printf("training on %d ranks (%s): %d epochs of %d steps, %d images per step\n", world,
+                device.str().c_str(), o.epochs, steps, o.batch_size * world);
+  }
   double train_seconds = 0;
-  double accuracy = 0;
+  double accuracy = history.epochs.empty() ? 0 : history.epochs.back().test_accuracy;
   for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
     sampler.set_epoch(epoch);
     auto indices = torch::tensor(sampler.indices()).to(device);
     fashion_mnist::Progress progress(epoch + 1, o.epochs, steps, o.batch_size * world, rank == 0);
     const auto start = std::chrono::steady_clock::now();
     double loss_sum = 0;
+    double window_sum = 0;  // the losses since the last point of the loss curve
+    int window_steps = 0;
     for (int step = 0; step < steps; ++step) {
       auto batch =
           indices.narrow(0, step * o.batch_size,
@@ -204,7 +246,19 @@ int run(const Options& o) {
                                                        train.labels.index_select(0, batch));
       loss.backward();
       optimizer->step();
-      loss_sum += loss.item<double>();
+      const double value = loss.item<double>();
+      loss_sum += value;
+      window_sum += value;
+      ++window_steps;
+      if (window_steps == o.log_every || step + 1 == steps) {
+        // Every rank reaches this at the same step: the curve is the mean over all ranks' batches.
+        auto mean = torch::tensor({window_sum / window_steps}, torch::kDouble);
+        ddp::all_reduce(mean, ddp::ReduceOp::AVG);
+        history.losses.push_back({int64_t(epoch) * steps + step + 1,
+                                  epoch + double(step + 1) / steps, mean.item<double>()});
+        window_sum = 0;
+        window_steps = 0;
+      }
       progress.update(step + 1, loss_sum / (step + 1));
     }
     progress.finish();
@@ -214,16 +268,19 @@ int run(const Options& o) {
     auto mean_loss = torch::tensor({loss_sum / steps}, torch::kDouble);
     ddp::all_reduce(mean_loss, ddp::ReduceOp::AVG);
     accuracy = test_accuracy(net, test, rank, world);
-    history.push_back({epoch + 1, mean_loss.item<double>(), accuracy,
-                       steps * o.batch_size * world / seconds, seconds});
+    history.epochs.push_back({epoch + 1, mean_loss.item<double>(), accuracy,
+                              steps * o.batch_size * world / seconds, seconds});
     if (!o.checkpoint.empty()) {
-      ddp::save_checkpoint(o.checkpoint, *net, optimizer.get(), {{"epoch", epoch + 1}});
+      auto extra = history_to_extra(history);
+      extra["epoch"] = epoch + 1;
+      ddp::save_checkpoint(o.checkpoint, *net, optimizer.get(), extra);
     }
     if (rank == 0) {
       std::printf("epoch %d: train loss %.4f, test accuracy %.4f, %.1f s\n", epoch + 1,
-                  history.back().train_loss, accuracy, seconds);
-      fashion_mnist::write_csv(o.metrics, history);
-      fashion_mnist::write_svg_plot(o.plot, history);
+                  history.epochs.back().train_loss, accuracy, seconds);
+      fashion_mnist::write_epochs_csv(o.metrics, history);
+      fashion_mnist::write_losses_csv(o.loss_csv, history);
+      fashion_mnist::write_plot(o.plot, history);
     }
   }
   if (rank == 0) {

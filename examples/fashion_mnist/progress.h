@@ -1,5 +1,7 @@
-// Training progress on rank 0: a live bar (epoch, step/total, loss, samples/s, ETA) when stdout is
-// a terminal, plain lines about every 10% of an epoch otherwise (logs, ddprun's prefixed pipes).
+// Training progress on rank 0. On a terminal (stdout a terminal, or ddprun's DDPRUN_STDOUT_TTY=1:
+// ddprun keeps the bar at the bottom of its terminal, below the other ranks' lines) a bar redrawn
+// in place at most 10 times a second: epoch, steps, mean loss, images/s and the epoch's ETA.
+// Otherwise (logs, pipes) a plain line about every 10% of an epoch.
 #pragma once
 
 #include <chrono>
@@ -13,10 +15,11 @@ class Progress {
   void finish();
 
  private:
+  using Clock = std::chrono::steady_clock;
   int epoch_, epochs_, steps_, global_batch_;
   bool enabled_, terminal_;
   int last_printed_ = 0;
-  std::chrono::steady_clock::time_point start_;
+  Clock::time_point start_, last_drawn_;
 };
 
 }  // namespace fashion_mnist

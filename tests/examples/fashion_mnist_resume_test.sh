@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Fashion-MNIST example on 2 ranks, on a small synthetic IDX data set: a run interrupted after
 # epoch 1 and resumed from its checkpoint ends with exactly the parameters of an uninterrupted
-# run; the checkpoint is a dict that Python's torch.load reads; a missing data folder is named.
+# run, and continues its metrics (per epoch, and the loss every few steps) and plot from the
+# history kept in the checkpoint, even with the CSV files gone; the checkpoint is a dict that
+# Python's torch.load reads; a missing data folder is named.
 # Usage: fashion_mnist_resume_test.sh DDPRUN FASHION_MNIST
 set -euo pipefail
 ddprun=$1
@@ -28,14 +30,28 @@ PY
 
 run() { timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$example" --data data --batch-size 16 "$@"; }
 
-run --epochs 2 --checkpoint whole.pt --metrics whole.csv --plot whole.svg > whole.log
-run --epochs 1 --checkpoint resumed.pt > first.log
-run --epochs 2 --checkpoint resumed.pt --resume > second.log
+outputs() { echo --checkpoint "$1.pt" --metrics "$1.csv" --loss-csv "$1_loss.csv" --plot "$1.svg"; }
+run --epochs 2 --log-every 3 $(outputs whole) > whole.log
+run --epochs 1 --log-every 3 $(outputs resumed) > first.log
+rm resumed.csv resumed_loss.csv resumed.svg  # the resumed run rebuilds them from the checkpoint
+run --epochs 2 --log-every 3 $(outputs resumed) --resume > second.log
 grep -q "resumed from resumed.pt after epoch 1" second.log
 tail -n 1 whole.log | grep -q '"test_accuracy"'
 tail -n 1 whole.log | grep -q '"world_size": 2'
-grep -q "^2," whole.csv
-grep -q "<svg" whole.svg
+
+# 8 steps per epoch on each rank: the loss every 3 steps and at each epoch's end.
+[ "$(cut -d, -f1 whole_loss.csv | tr '\n' ' ')" = "step 3 6 8 11 14 16 " ] || {
+  cat whole_loss.csv; exit 1; }
+# The resumed run's files hold both epochs, with the uninterrupted run's values (the times differ).
+cmp whole_loss.csv resumed_loss.csv
+[ "$(cut -d, -f1-3 whole.csv)" = "$(cut -d, -f1-3 resumed.csv)" ] || {
+  paste -d'|' whole.csv resumed.csv; exit 1; }
+[ "$(wc -l < resumed.csv)" = 3 ]
+for svg in whole.svg resumed.svg; do
+  grep -q "<svg" $svg
+  [ "$(grep -c "<circle" $svg)" = 4 ]  # the two epoch means and the two accuracies
+done
+cmp whole.svg resumed.svg
 
 "$python" - <<'PY'
 import torch
@@ -47,6 +63,9 @@ assert whole["epoch"] == resumed["epoch"] == 2, (whole["epoch"], resumed["epoch"
 assert whole["model"].keys() == resumed["model"].keys()
 for name, tensor in whole["model"].items():
     assert torch.equal(tensor, resumed["model"][name]), f"{name} differs after resume"
+assert tuple(resumed["history_epochs"].shape) == (2, 5), resumed["history_epochs"]
+assert torch.equal(whole["history_losses"], resumed["history_losses"])
+assert torch.equal(whole["history_epochs"][:, :3], resumed["history_epochs"][:, :3])
 print("resumed run equals the uninterrupted one:", len(whole["model"]), "tensors")
 PY
 
