@@ -13,7 +13,7 @@
 namespace ddp::detail {
 namespace {
 
-constexpr const char* kOperation = "DistributedDataParallel";
+constexpr const char* kVerification = "DistributedDataParallel";
 
 std::string describe(const std::string& kind, const std::string& name, const at::Tensor& t) {
   return kind + " '" + name + "' " + c10::toString(t.scalar_type()) + " " + c10::str(t.sizes());
@@ -52,7 +52,7 @@ void verify_model_across_ranks(const NamedTensors& parameters, const NamedTensor
   auto all_counts = all_gather(counts, group);
   for (size_t r = 1; r < all_counts.size(); ++r) {
     if (!at::equal(all_counts[r], all_counts[0])) {
-      fail(kOperation, "expects the same model on every rank, but rank " +
+      fail(kVerification, "expects the same model on every rank, but rank " +
                            std::to_string(ranks[r]) + " has " +
                            std::to_string(all_counts[r][0].item<int64_t>()) +
                            " parameters (requiring grad) and " +
@@ -85,7 +85,7 @@ void verify_model_across_ranks(const NamedTensors& parameters, const NamedTensor
     detail += (detail.empty() ? "" : "; ") + std::string("rank ") + std::to_string(ranks[r]) +
               " has " + sides[r];
   }
-  fail(kOperation, "expects the same model on every rank, but tensor " +
+  fail(kVerification, "expects the same model on every rank, but tensor " +
                        std::to_string(first_difference) + " differs: " + detail +
                        ". Build the same model on every rank (same layers, same order).");
 }
