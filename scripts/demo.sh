@@ -4,7 +4,7 @@
 # the example (e.g. --epochs 5, --resume); see build/examples/fashion_mnist --help.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --demo
 mkdir -p out
 cd out
 exec ../build/tools/ddprun/ddprun --standalone --nproc-per-node 2 ../build/examples/fashion_mnist "$@"

@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ddp-cpp needs (only those missing), then configures and builds.
+#
+#   scripts/setup.sh            # everything: library, launcher, examples, benchmarks, tests
+#   scripts/setup.sh --demo     # only what scripts/demo.sh runs: the library, ddprun, the example
+#
 # Run by scripts/demo.sh and scripts/test.sh; as root, or as a user with sudo. The build goes to
-# $DDP_BUILD_DIR (default build/; scripts/trixie_env.sh uses build-trixie/); a first argument
-# names what to build (default: everything).
+# $DDP_BUILD_DIR (default build/; scripts/trixie_env.sh uses build-trixie/). The demo leaves out
+# the test-only packages (googletest, python3-torch: PyTorch is the tests' reference peer) and
+# the tests' and benchmarks' objects, so that a newcomer's first training step comes minutes
+# sooner; a later scripts/test.sh adds them to the same build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake g++ make libtorch-dev libgloo-dev libopenblas0-pthread zlib1g-dev libgtest-dev
-          python3-torch dataset-fashion-mnist)
+demo=false
+if [ "${1:-}" = "--demo" ]; then
+  demo=true
+  shift
+fi
+
+packages=(cmake g++ make libtorch-dev libgloo-dev libopenblas0-pthread zlib1g-dev
+          dataset-fashion-mnist)
+$demo || packages+=(libgtest-dev python3-torch)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
@@ -16,7 +29,7 @@ done
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo=sudo
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
+  echo "setup: installing ${missing[*]} (a few minutes on a fresh machine)"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
@@ -29,5 +42,16 @@ if [ -e "$openblas" ] && [ "$(readlink -f /etc/alternatives/libblas.so.3-x86_64-
 fi
 
 build=${DDP_BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j"$(nproc)" ${1:+--target "$@"}
+if $demo; then
+  # Configure as the full build does (a later scripts/test.sh then reuses every object), except
+  # that tests are off until googletest is there; build only the two programs the demo runs.
+  tests=OFF
+  [ -f "$build/CMakeCache.txt" ] && grep -q '^DDP_BUILD_TESTS:BOOL=ON' "$build/CMakeCache.txt" &&
+    tests=ON
+  echo "setup: building the library, ddprun and the example into $build/"
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_TESTS=$tests >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target ddprun fashion_mnist
+else
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_TESTS=ON >/dev/null
+  cmake --build "$build" -j"$(nproc)" ${1:+--target "$@"}
+fi
