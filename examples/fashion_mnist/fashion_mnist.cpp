@@ -43,6 +43,7 @@ struct Options {
   int threads = 0;     // 0: keep OMP_NUM_THREADS / libtorch's default
   // "auto": cuda:LOCAL_RANK where this rank has a GPU of its own, else the CPU.
   std::string device = "auto";
+  std::string backend = "auto";
 };
 
 const char* kUsage =
@@ -50,7 +51,7 @@ const char* kUsage =
     "                     [--lr LR] [--seed S] [--checkpoint PATH] [--resume]\n"
     "                     [--metrics FILE.csv] [--loss-csv FILE.csv] [--log-every N]\n"
     "                     [--plot FILE.svg] [--threads N]\n"
-    "                     [--device auto|cpu|cuda]\n"
+    "                     [--device auto|cpu|cuda] [--backend auto|shm|gloo|nccl]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
@@ -58,9 +59,10 @@ const char* kUsage =
     "--metrics fashion_mnist_metrics.csv (per epoch), --loss-csv fashion_mnist_loss.csv (the\n"
     "training loss every --log-every 10 steps), --plot fashion_mnist.svg. --resume continues\n"
     "from the checkpoint exactly as if the run had not stopped, and continues the CSV files\n"
-    "and the plot with it (the history is kept in the checkpoint). --device auto (the default) "
-    "trains\n"
-    "on cuda:LOCAL_RANK where this rank has a GPU of its own, else on the CPU.\n";
+    "and the plot with it (the history is kept in the checkpoint); a group that ddprun\n"
+    "restarted (--max-restarts) resumes by itself. --device auto (the default) trains on\n"
+    "cuda:LOCAL_RANK where this rank has a GPU of its own, else on the CPU. --backend auto\n"
+    "(the default) is shm on one host, the hierarchy across hosts, NCCL for CUDA tensors.\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -99,6 +101,8 @@ Options parse(int argc, char** argv) {
       o.plot = value();
     } else if (arg == "--threads") {
       o.threads = std::stoi(value());
+    } else if (arg == "--backend") {
+      o.backend = value();
     } else if (arg == "--device") {
       o.device = value();
     } else {
@@ -187,7 +191,7 @@ fashion_mnist::TrainingHistory history_from(const ddp::ExtraState& extra) {
 
 int run(const Options& o) {
   const torch::Device device = pick_device(o.device);
-  ddp::init_process_group();
+  ddp::init_process_group(ddp::InitOptions().backend(o.backend));
   const int rank = ddp::get_rank();
   const int world = ddp::get_world_size();
   if (o.threads > 0) torch::set_num_threads(o.threads);
@@ -212,7 +216,12 @@ int run(const Options& o) {
   }
   int first_epoch = 0;
   fashion_mnist::TrainingHistory history;
-  if (o.resume) {
+  // A group that ddprun (or torchrun) restarted after a failure continues from the last
+  // checkpoint, as PyTorch's elastic recipe does; a first attempt resumes only when asked.
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const bool restarted = restarts != nullptr && std::atoi(restarts) > 0 && !o.checkpoint.empty() &&
+                         std::ifstream(o.checkpoint).good();
+  if (o.resume || restarted) {
     auto extra = ddp::load_checkpoint(o.checkpoint, *net, optimizer.get());
     first_epoch = static_cast<int>(extra.at("epoch").toInt());
     history = history_from(extra);
