@@ -93,7 +93,8 @@ TEST(TerminalStatus, ALiveLineIsCutToTheTerminalWidthSoThatItNeverWraps) {
 }
 
 // Runs ddprun with a pseudo-terminal as its stdout and stderr; returns all it wrote there.
-std::string RunOnTerminal(const std::vector<std::string>& args, double timeout_s) {
+std::string RunOnTerminal(const std::vector<std::string>& args, double timeout_s,
+                          const char* term = "xterm") {
   std::vector<char*> argv;
   std::string path = DDPRUN_PATH;
   argv.push_back(path.data());
@@ -107,6 +108,7 @@ std::string RunOnTerminal(const std::vector<std::string>& args, double timeout_s
   pid_t pid = forkpty(&master, nullptr, nullptr, &size);
   if (pid == 0) {
     unsetenv("OMP_NUM_THREADS");
+    setenv("TERM", term, 1);
     execv(argv[0], argv.data());
     _exit(127);
   }
@@ -161,6 +163,15 @@ TEST(LauncherOnATerminal, ABarStaysBelowTheOtherRanksLinesAndEndsAsOneLine) {
   EXPECT_EQ(rank0, (Rows{"[0]: tty=1", "[0]: train [####] 4/4", "[0]: after"})) << output;
   std::sort(rank1.begin(), rank1.end());
   EXPECT_EQ(rank1, (Rows{"[1]: one", "[1]: three", "[1]: two"})) << output;
+}
+
+TEST(LauncherOnATerminal, ADumbTerminalGetsPlainLines) {
+  // TERM=dumb (an editor's shell) moves no cursor: bars end as lines, nothing is redrawn.
+  const std::string output = RunOnTerminal(
+      {"--nproc-per-node", "1", "sh", "-c", "echo tty=$DDPRUN_STDOUT_TTY; printf '\\ra\\rb\\n'"},
+      20, "dumb");
+  EXPECT_EQ(output.find('\x1b'), std::string::npos) << output;
+  EXPECT_EQ(Screen(output), (Rows{"[0]: tty=0", "[0]: b"})) << output;
 }
 
 }  // namespace

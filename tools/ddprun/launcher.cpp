@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <exception>
 #include <memory>
+#include <string_view>
 
 #include "exit_status.h"
 #include "fd_io.h"
@@ -47,7 +49,10 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
   settings.command = options.command;
   settings.monitor_interval_s = options.monitor_interval_s;
   settings.stop_grace_s = options.stop_grace_s;
-  settings.terminal = isatty(STDOUT_FILENO) != 0;
+  // A terminal that understands cursor movement: not a pipe, not TERM=dumb (editors' shells).
+  const char* term = std::getenv("TERM");
+  settings.terminal = isatty(STDOUT_FILENO) != 0 && term != nullptr && *term != '\0' &&
+                      std::string_view(term) != "dumb";
 
   std::unique_ptr<SignalRelay> relay;
   try {

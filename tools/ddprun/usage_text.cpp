@@ -50,8 +50,9 @@ output:
   Each line a worker writes is relayed whole, prefixed with `[RANK]: `; its stdout goes to
   ddprun's stdout and its stderr to ddprun's stderr. A last line without a newline gets one.
   A carriage return starts a line over: a progress bar redrawn with "\r" becomes one line with
-  its last state. When ddprun's stdout is a terminal, such a bar is drawn live at the bottom of
-  it, below the other ranks' lines, and the workers get DDPRUN_STDOUT_TTY=1 (0 otherwise).
+  its last state. When ddprun's stdout is a terminal (and TERM is not dumb), such a bar is drawn
+  live at the bottom of it, below the other ranks' lines, and the workers get
+  DDPRUN_STDOUT_TTY=1 (0 otherwise).
 
 exit behaviour:
   0         every worker exited 0.
