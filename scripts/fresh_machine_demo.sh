@@ -44,6 +44,7 @@ cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 bind /proc /proc
 bind /dev /dev
 bind /dev/shm /dev/shm
+bind /dev/pts /dev/pts
 bind /sys /sys
 bind "$checkout" /srv/ddp-cpp-origin
 
