@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Two hosts of the namespace test bed (hosts.sh: own network, hostname and /dev/shm each, a
+# 1 Gbit/s link), 2 ranks each, started as on two machines: `ddprun --nnodes 2 --node-rank i
+# --master-addr <host 0>` on each. The Fashion-MNIST example trains on a synthetic set:
+#   - on gloo, the 2x2 job ends bit-identical to 4 ranks on one host (gloo's sums do not depend
+#     on where the ranks are);
+#   - on "auto" (the hierarchy: shared memory inside a host, gloo between the hosts' leaders),
+#     bit-identical to 4 ranks on one host that say they are on two (DDP_CPP_HOST_ID), which
+#     the other tests check against one process.
+# And allreduce_bench checks every element of hierarchical all_reduces across the link.
+# Skips (exit 77) where namespaces cannot be made (not root, no veth or tbf).
+# Usage: two_hosts_test.sh DDPRUN FASHION_MNIST ALLREDUCE_BENCH
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+ddprun=$1
+example=$2
+allreduce_bench=$3
+python=${DDP_TEST_PYTHON:-/usr/bin/python3}
+export DDP_TESTBED=ddp-tb$$
+bed=$here/hosts.sh
+"$bed" check || { echo "SKIP: the namespace test bed cannot be made here"; exit 77; }
+work=$(mktemp -d /tmp/two_hosts_XXXXXX)
+trap '"$bed" down; rm -rf "$work"' EXIT
+"$bed" up 2 1gbit
+cd "$work"
+"$python" "$here/../examples/synthetic_fashion_mnist.py" data
+
+# gloo binds to the address the hostname resolves to; in the bed it resolves to nothing.
+export GLOO_SOCKET_IFNAME=eth0
+train=(--data "$work/data" --epochs 2 --batch-size 16 --log-every 100)
+
+# Runs `ddprun ... PROGRAM ARGS` on both hosts at once; fails if either fails.
+on_two_hosts() {
+  local i pids=()
+  for i in 1 0; do
+    timeout 180 "$bed" exec $i "$ddprun" --nnodes 2 --node-rank $i --master-addr 198.18.0.1 \
+      --master-port 29500 --nproc-per-node 2 "$@" > "host$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || { cat host0.log host1.log; return 1; }; done
+}
+
+compare() {  # compare A.pt B.pt: the same parameters, to the bit
+  "$python" - "$@" <<'PY'
+import sys, torch
+safe = int(torch.__version__.split(".")[0]) >= 2
+a, b = (torch.load(p, weights_only=safe) for p in sys.argv[1:3])
+for name, tensor in a["model"].items():
+    other = b["model"][name]
+    assert torch.equal(tensor, other), \
+        f"{name}: differs by up to {(tensor - other).abs().max().item()}"
+print(sys.argv[1], "and", sys.argv[2], "are equal")
+PY
+}
+
+for backend in gloo auto; do
+  # shellcheck disable=SC2016  # expanded by each rank's shell
+  timeout 180 "$ddprun" --standalone --nproc-per-node 4 sh -c \
+    'DDP_CPP_HOST_ID=pretend$((RANK / 2)) exec "$0" "$@"' "$example" "${train[@]}" \
+    --backend $backend --checkpoint "$work/one-$backend.pt" > "one-$backend.log"
+  on_two_hosts "$example" "${train[@]}" --backend $backend --checkpoint "$work/two-$backend.pt"
+  [ -f "two-$backend.pt" ] || { echo "host 0 wrote no checkpoint"; cat host0.log; exit 1; }
+  compare "one-$backend.pt" "two-$backend.pt"
+done
+
+on_two_hosts "$allreduce_bench" --backend auto --verify --min-bytes 4K --max-bytes 4M --iters 3
+grep -q '"backend": "hierarchical"' host0.log || { cat host0.log; exit 1; }
+if grep '"wrong": [1-9]' host0.log; then exit 1; fi
+echo "two hosts: OK"
