@@ -10,6 +10,7 @@
 #include "ddp/init.h"
 #include "init/allocator_tuning.h"
 #include "process_group/backend_factory.h"
+#include "process_group/gloo/gloo_address.h"
 #include "process_group/process_state.h"
 #include "rendezvous/rendezvous_spec.h"
 #include "rendezvous/store_barrier.h"
@@ -41,9 +42,13 @@ detail::BackendChoice backend_choice_of(const std::string& backend,
   choice.name = backend;
   choice.gloo_device.interface = spec.gloo_socket_ifname;
   // Ranks that meet on a loopback address are all on this host: keep gloo on loopback too, rather
-  // than on whatever address the hostname resolves to.
+  // than on whatever address the hostname resolves to. Otherwise gloo listens where the other
+  // hosts can reach it, on the address that faces the rendezvous host (gloo_address.h), unless
+  // GLOO_SOCKET_IFNAME names an interface; file:// names no host, and keeps c10d's default.
   if (spec.method != rendezvous::Method::kFile && is_loopback(spec.host)) {
     choice.gloo_device.hostname = "127.0.0.1";
+  } else if (spec.method != rendezvous::Method::kFile && spec.gloo_socket_ifname.empty()) {
+    choice.gloo_device.hostname = detail::address_facing(spec.host);
   }
   choice.host_id = spec.host_id;
   choice.job = spec.run_id;

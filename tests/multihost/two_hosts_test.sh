@@ -25,8 +25,8 @@ trap '"$bed" down; rm -rf "$work"' EXIT
 cd "$work"
 "$python" "$here/../examples/synthetic_fashion_mnist.py" data
 
-# gloo binds to the address the hostname resolves to; in the bed it resolves to nothing.
-export GLOO_SOCKET_IFNAME=eth0
+# No GLOO_SOCKET_IFNAME: the hostnames resolve to nothing, and gloo must still find eth0.
+
 train=(--data "$work/data" --epochs 2 --batch-size 16 --log-every 100)
 
 # Runs `ddprun ... PROGRAM ARGS` on both hosts at once; fails if either fails.
