@@ -44,6 +44,7 @@ struct Options {
   // "auto": cuda:LOCAL_RANK where this rank has a GPU of its own, else the CPU.
   std::string device = "auto";
   std::string backend = "auto";
+  double timeout = 1800;  // seconds: the group's bound on the rendezvous and every collective
 };
 
 const char* kUsage =
@@ -52,6 +53,7 @@ const char* kUsage =
     "                     [--metrics FILE.csv] [--loss-csv FILE.csv] [--log-every N]\n"
     "                     [--plot FILE.svg] [--threads N]\n"
     "                     [--device auto|cpu|cuda] [--backend auto|shm|gloo|nccl]\n"
+    "                     [--timeout SECONDS]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
@@ -62,7 +64,8 @@ const char* kUsage =
     "and the plot with it (the history is kept in the checkpoint); a group that ddprun\n"
     "restarted (--max-restarts) resumes by itself. --device auto (the default) trains on\n"
     "cuda:LOCAL_RANK where this rank has a GPU of its own, else on the CPU. --backend auto\n"
-    "(the default) is shm on one host, the hierarchy across hosts, NCCL for CUDA tensors.\n";
+    "(the default) is shm on one host, the hierarchy across hosts, NCCL for CUDA tensors.\n"
+    "--timeout 1800 bounds the rendezvous and every collective (a lost peer is seen sooner).\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -101,6 +104,8 @@ Options parse(int argc, char** argv) {
       o.plot = value();
     } else if (arg == "--threads") {
       o.threads = std::stoi(value());
+    } else if (arg == "--timeout") {
+      o.timeout = std::stod(value());
     } else if (arg == "--backend") {
       o.backend = value();
     } else if (arg == "--device") {
@@ -114,6 +119,7 @@ Options parse(int argc, char** argv) {
   }
   if (o.resume && o.checkpoint.empty()) throw std::runtime_error("--resume needs --checkpoint");
   if (o.log_every < 1) throw std::runtime_error("--log-every must be at least 1");
+  if (!(o.timeout > 0)) throw std::runtime_error("--timeout must be a positive number of seconds");
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
     throw std::runtime_error("--device must be auto, cpu or cuda, got '" + o.device + "'");
   }
@@ -191,7 +197,8 @@ fashion_mnist::TrainingHistory history_from(const ddp::ExtraState& extra) {
 
 int run(const Options& o) {
   const torch::Device device = pick_device(o.device);
-  ddp::init_process_group(ddp::InitOptions().backend(o.backend));
+  ddp::init_process_group(ddp::InitOptions().backend(o.backend).timeout(
+      std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000))));
   const int rank = ddp::get_rank();
   const int world = ddp::get_world_size();
   if (o.threads > 0) torch::set_num_threads(o.threads);

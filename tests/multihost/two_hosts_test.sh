@@ -7,7 +7,9 @@
 #   - on "auto" (the hierarchy: shared memory inside a host, gloo between the hosts' leaders),
 #     bit-identical to 4 ranks on one host that say they are on two (DDP_CPP_HOST_ID), which
 #     the other tests check against one process.
-# And allreduce_bench checks every element of hierarchical all_reduces across the link.
+# And allreduce_bench checks every element of hierarchical all_reduces across the link. Then a
+# host is lost in the middle of training, its ranks killed or its link set down: the other
+# host's ranks raise and its ddprun exits within the group timeout + 10 s.
 # Skips (exit 77) where namespaces cannot be made (not root, no veth or tbf).
 # Usage: two_hosts_test.sh DDPRUN FASHION_MNIST ALLREDUCE_BENCH
 set -euo pipefail
@@ -66,4 +68,45 @@ done
 on_two_hosts "$allreduce_bench" --backend auto --verify --min-bytes 4K --max-bytes 4M --iters 3
 grep -q '"backend": "hierarchical"' host0.log || { cat host0.log; exit 1; }
 if grep '"wrong": [1-9]' host0.log; then exit 1; fi
+# Host 1 is lost once rank 0 has taken its first step: `how` kills every process of host 1
+# ("kill") or sets its link down ("link"). Host 0's ddprun must fail within the timeout + 10 s.
+timeout_s=10
+lose_host1() {
+  local how=$1 lost_at ended
+  timeout 180 "$bed" exec 1 "$ddprun" --nnodes 2 --node-rank 1 --master-addr 198.18.0.1 \
+    --master-port 29500 --nproc-per-node 2 "$example" "${train[@]}" --epochs 100000 \
+    --checkpoint '' --timeout $timeout_s > "lost-$how-host1.log" 2>&1 &
+  local host1=$!
+  set +e
+  timeout 180 "$bed" exec 0 "$ddprun" --nnodes 2 --node-rank 0 --master-addr 198.18.0.1 \
+    --master-port 29500 --nproc-per-node 2 "$example" "${train[@]}" --epochs 100000 \
+    --checkpoint '' --timeout $timeout_s 2>&1 | tee "lost-$how-host0.log" | {
+      grep -q -m 1 "step 1/" || exit 1
+      date +%s.%N > lost_at
+      if [ "$how" = kill ]; then
+        # ddprun of host 1 and, through their parent-death signal, its workers.
+        pkill -KILL -f -- "--node-rank 1 --master-addr 198.18.0.1"
+      else
+        ip -n "$DDP_TESTBED-host1" link set eth0 down
+      fi
+      cat > /dev/null
+    }
+  local statuses=("${PIPESTATUS[@]}")
+  set -e
+  ended=$(date +%s.%N)
+  wait $host1 2>/dev/null || true
+  [ -f lost_at ] || { echo "training never started:"; cat "lost-$how-host0.log"; exit 1; }
+  lost_at=$(cat lost_at)
+  rm lost_at
+  [ "${statuses[0]}" != 0 ] || { echo "host 0 did not fail:"; cat "lost-$how-host0.log"; exit 1; }
+  [ "${statuses[0]}" != 124 ] || { echo "host 0 hung:"; cat "lost-$how-host0.log"; exit 1; }
+  grep -q "ddprun: error: worker group failed" "lost-$how-host0.log"
+  awk -v a="$lost_at" -v b="$ended" -v bound=$((timeout_s + 10)) -v how="$how" 'BEGIN {
+    printf "host 1 lost (%s): host 0 exited after %.1f s (bound %d s)\n", how, b - a, bound
+    exit !(b - a <= bound) }'
+}
+lose_host1 kill
+"$bed" up 2 1gbit  # a fresh bed, with host 1's link up again
+lose_host1 link
+
 echo "two hosts: OK"
