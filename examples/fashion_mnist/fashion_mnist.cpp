@@ -195,6 +195,12 @@ fashion_mnist::TrainingHistory history_from(const ddp::ExtraState& extra) {
                                                    rows_of("history_losses"));
 }
 
+void write_outputs(const Options& o, const fashion_mnist::TrainingHistory& history) {
+  fashion_mnist::write_epochs_csv(o.metrics, history);
+  fashion_mnist::write_losses_csv(o.loss_csv, history);
+  fashion_mnist::write_plot(o.plot, history);
+}
+
 int run(const Options& o) {
   const torch::Device device = pick_device(o.device);
   ddp::init_process_group(ddp::InitOptions().backend(o.backend).timeout(
@@ -232,8 +238,12 @@ int run(const Options& o) {
     auto extra = ddp::load_checkpoint(o.checkpoint, *net, optimizer.get());
     first_epoch = static_cast<int>(extra.at("epoch").toInt());
     history = history_from(extra);
-    if (rank == 0)
+    if (rank == 0) {
       std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), first_epoch);
+      // The files may be older than the checkpoint (a run stopped between its save and their
+      // writing), or gone: they are rewritten from its history before training goes on.
+      write_outputs(o, history);
+    }
   }
   // After loading: DDP's construction broadcasts rank 0's parameters anyway.
   ddp::DistributedDataParallel model(net, ddp::DDPOptions().device_ids({device}));
@@ -294,9 +304,7 @@ int run(const Options& o) {
     if (rank == 0) {
       std::printf("epoch %d: train loss %.4f, test accuracy %.4f, %.1f s\n", epoch + 1,
                   history.epochs.back().train_loss, accuracy, seconds);
-      fashion_mnist::write_epochs_csv(o.metrics, history);
-      fashion_mnist::write_losses_csv(o.loss_csv, history);
-      fashion_mnist::write_plot(o.plot, history);
+      write_outputs(o, history);
     }
   }
   if (rank == 0) {

@@ -2,7 +2,7 @@
 # A rank killed with SIGKILL at a random step of a DDP training run under
 # `ddprun --max-restarts 1`: the survivors fail instead of hanging, ddprun restarts the whole
 # group, the example resumes from its last checkpoint, and the final parameters are bit-identical
-# to those of an uninterrupted run. 2 and 3 ranks, on the shm and gloo backends; which rank dies,
+# to those of an uninterrupted run (within rounding on gloo at 3 ranks: see below). 2 and 3 ranks, on the shm and gloo backends; which rank dies,
 # and when, is random (the seed is printed, DDP_KILL_SEED replays it). DDP_KILL_TRIALS=N runs N
 # trials per case (default 1).
 # Usage: fashion_mnist_kill_test.sh DDPRUN FASHION_MNIST
@@ -52,17 +52,22 @@ kill_at() {
   $killed || { echo "never saw '$marker'" >&2; return 1; }
 }
 
+# exact: every parameter equal to the bit; close: within float32 rounding of a few steps.
 params_equal() {
-  "$python" - "$1" "$2" <<'PY'
+  "$python" - "$1" "$2" "$3" <<'PY'
 import sys, torch
 safe = int(torch.__version__.split(".")[0]) >= 2
 a, b = (torch.load(path, weights_only=safe) for path in sys.argv[1:3])
 assert a["epoch"] == b["epoch"] == 3, (a["epoch"], b["epoch"])
 for name, tensor in a["model"].items():
-    assert torch.equal(tensor, b["model"][name]), f"{name} differs from the uninterrupted run"
+    other = b["model"][name]
+    if sys.argv[3] == "exact":
+        assert torch.equal(tensor, other), f"{name} differs from the uninterrupted run"
+    else:
+        assert torch.allclose(tensor, other, rtol=0, atol=1e-6), \
+            f"{name} differs by {(tensor - other).abs().max().item()}"
 PY
 }
-
 for world in 2 3; do
   steps=$(( (256 / world + batch - 1) / batch ))
   for backend in shm gloo; do
@@ -87,11 +92,24 @@ for world in 2 3; do
         exit 1
       fi
       grep -q "restarting" "$name.err" || { echo "no restart:"; cat "$name.err"; exit 1; }
-      # A kill in epoch E > 1 comes after the checkpoint of epoch E - 1: the restart resumed there.
-      if [ "$epoch" -gt 1 ] && ! grep -q "resumed from .* after epoch $((epoch - 1))" "$name.log"; then
-        echo "the restarted group did not resume:"; cat "$name.log"; exit 1
+      # The restarted group resumed from the last checkpoint of the first attempt: after the K
+      # epochs that attempt reported (K + 1 if rank 0 died between a save and its report). The
+      # kill lands a few steps after the chosen one: steps here take milliseconds.
+      done_epochs=$(awk '/training on/ { attempt++ } attempt == 1 && /: epoch [0-9]+: train loss/' \
+                      "$name.log" | wc -l)
+      resumed=$(sed -n 's/.*resumed from .* after epoch \([0-9]*\)$/\1/p' "$name.log")
+      if [ -z "$resumed" ]; then
+        [ "$done_epochs" = 0 ] || { echo "no resume after $done_epochs epochs:"; cat "$name.log"; exit 1; }
+      elif [ "$resumed" != "$done_epochs" ] && [ "$resumed" != $((done_epochs + 1)) ]; then
+        echo "resumed after epoch $resumed, not $done_epochs:"; cat "$name.log"; exit 1
       fi
-      params_equal "$work/reference-$backend-$world.pt" "$work/$name.pt" ||
+      echo "  the first attempt finished $done_epochs epoch(s); the restart resumed after ${resumed:-none}"
+      # gloo at 3 ranks sums each element in an order set by where it lies in its bucket, and a
+      # restarted DDP's first step uses the buckets of construction, not those rebuilt after the
+      # first step: a few ulps apart (a plain --resume does the same). Sums of 2 are exact.
+      exactness=exact
+      [ "$backend" = gloo ] && [ "$world" -gt 2 ] && exactness=close
+      params_equal "$work/reference-$backend-$world.pt" "$work/$name.pt" $exactness ||
         { cat "$name.log" "$name.err"; exit 1; }
       # The resumed group continued the metrics: every epoch is there once.
       [ "$(cut -d, -f1 "$name.csv" | tr '\n' ' ')" = "epoch 1 2 3 " ] || { cat "$name.csv"; exit 1; }
