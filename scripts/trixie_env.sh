@@ -66,6 +66,7 @@ unmount_under "$root"
 bind /proc /proc
 bind /dev /dev
 bind /dev/shm /dev/shm
+bind /dev/pts /dev/pts
 bind /sys /sys
 bind "$checkout" "$inside"
 
