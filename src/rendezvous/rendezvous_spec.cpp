@@ -1,5 +1,3 @@
-#include "rendezvous/rendezvous_spec.h"
-
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -8,6 +6,7 @@
 #include <sstream>
 
 #include "ddp/errors.h"
+#include "rendezvous/rendezvous_spec.h"
 
 namespace ddp::rendezvous {
 namespace {
@@ -17,7 +16,8 @@ constexpr const char* kAcceptedForms =
     "(optionally ?rank=R&world_size=N), file:///ABSOLUTE/PATH";
 
 [[noreturn]] void fail(const std::string& message) {
-  throw DistributedError("ddp::init_process_group: " + message);
+  // Before init_process_group knows the rank: every failure here is of what the caller gave.
+  throw InvalidArgumentError("ddp::init_process_group: " + message, -1, "init_process_group");
 }
 
 std::optional<int> parse_int(const std::string& text) {

@@ -1,5 +1,3 @@
-#include "rendezvous/store_factory.h"
-
 #include <thread>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -7,6 +5,7 @@
 
 #include "common/error_context.h"
 #include "compat/libtorch_compat.h"
+#include "rendezvous/store_factory.h"
 
 namespace ddp::rendezvous {
 namespace {
@@ -42,21 +41,23 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
     std::string what = first_line(error);
     if (options.isServer && (what.find("Address already in use") != std::string::npos ||
                              what.find("errno: 98") != std::string::npos)) {
-      detail::fail("init_process_group",
-                   "rank 0 cannot host the store: port " + std::to_string(spec.port) + " on " +
-                       spec.host + " is already in use (another job, or a previous run still " +
-                       "exiting). Choose another MASTER_PORT (ddprun --master-port, or " +
-                       "--standalone for a free one) or stop the process that holds it.");
+      detail::fail<StoreError>(
+          "init_process_group",
+          "rank 0 cannot host the store: port " + std::to_string(spec.port) + " on " + spec.host +
+              " is already in use (another job, or a previous run still " +
+              "exiting). Choose another MASTER_PORT (ddprun --master-port, or " +
+              "--standalone for a free one) or stop the process that holds it.");
     }
     if (options.isServer) {
-      detail::fail("init_process_group",
-                   "rank 0 cannot host the store at " + spec.describe() + ": " + what);
+      detail::fail<StoreError>("init_process_group",
+                               "rank 0 cannot host the store at " + spec.describe() + ": " + what);
     }
-    detail::fail("init_process_group",
-                 "could not reach the store hosted by rank 0 at " + spec.host + ":" +
-                     std::to_string(spec.port) + " within " + seconds(timeout) + ": " + what +
-                     ". Check that rank 0 is running and that MASTER_ADDR/MASTER_PORT (or the "
-                     "tcp:// address) are the same on every rank.");
+    detail::fail<StoreError>(
+        "init_process_group",
+        "could not reach the store hosted by rank 0 at " + spec.host + ":" +
+            std::to_string(spec.port) + " within " + seconds(timeout) + ": " + what +
+            ". Check that rank 0 is running and that MASTER_ADDR/MASTER_PORT (or the "
+            "tcp:// address) are the same on every rank.");
   }
 }
 
@@ -84,12 +85,12 @@ c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
       if (std::chrono::steady_clock::now() >= deadline) throw;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      detail::fail("init_process_group",
-                   "the store at " + spec.host + ":" + std::to_string(spec.port) +
-                       " belongs to a job that has already started (all of its ranks arrived) "
-                       "and did not go away within " +
-                       seconds(timeout) +
-                       ". Another job may be using this MASTER_PORT: choose another.");
+      detail::fail<StoreError>(
+          "init_process_group",
+          "the store at " + spec.host + ":" + std::to_string(spec.port) +
+              " belongs to a job that has already started (all of its ranks arrived) "
+              "and did not go away within " +
+              seconds(timeout) + ". Another job may be using this MASTER_PORT: choose another.");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
@@ -109,9 +110,10 @@ c10::intrusive_ptr<c10d::Store> connect_file_store(const RendezvousSpec& spec,
     int64_t generation = (arrival - 1) / spec.world_size;
     return c10::make_intrusive<c10d::PrefixStore>("generation/" + std::to_string(generation), file);
   } catch (const std::exception& error) {
-    detail::fail("init_process_group",
-                 "cannot use the rendezvous file " + spec.path + ": " + first_line(error) +
-                     ". Its folder must exist and be writable by every rank.");
+    detail::fail<StoreError>("init_process_group",
+                             "cannot use the rendezvous file " + spec.path + ": " +
+                                 first_line(error) +
+                                 ". Its folder must exist and be writable by every rank.");
   }
 }
 
