@@ -192,3 +192,62 @@ TEST(Failure, MismatchedTensorSizesAcrossRanksAreAnError) {
   });
   for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
 }
+
+TEST(Failure, BadRankInTheEnvironmentIsAnInvalidArgumentNamingTheValue) {
+  run_ranks_ok(1, [](int) {
+    ::setenv("RANK", "-1", 1);
+    auto error = expect_error<ddp::InvalidArgumentError>(
+        [] { ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout)); },
+        {"environment variable RANK must be a rank, 0 or more, got -1"});
+    EXPECT_EQ(error.rank(), -1);
+    EXPECT_EQ(error.operation(), "init_process_group");
+    EXPECT_FALSE(ddp::is_initialized());
+  });
+}
+
+// c10d's FileStore would retry opening the file until the timeout; the missing folder is named
+// at once instead.
+TEST(Failure, RendezvousFileInAMissingFolderFailsAtOnceNamingTheFolder) {
+  const std::string folder = ddp::testing::fresh_path("missing") + "/dir";
+  run_ranks_ok(1, [folder](int) {
+    auto start = std::chrono::steady_clock::now();
+    expect_error<ddp::InvalidArgumentError>(
+        [&] {
+          ddp::init_process_group(ddp::InitOptions()
+                                      .init_method("file://" + folder + "/x")
+                                      .rank(0)
+                                      .world_size(2)
+                                      .timeout(std::chrono::seconds(30)));
+        },
+        {("the folder " + folder + " of the rendezvous file").c_str(), "does not exist"});
+    EXPECT_LT(elapsed_ms(start), 2000);
+  });
+}
+
+// Nobody hosts the store: the error names the timeout the caller gave (not what was left of it
+// at the last attempt), and c10d's client does not log a warning per refused attempt.
+TEST(Failure, UnreachableStoreNamesTheWholeTimeoutWithoutFloodingTheLog) {
+  const std::string log = ddp::testing::fresh_path("stderr");
+  const int port = ddp::testing::free_port();
+  run_ranks_ok(1, [log, port](int) {
+    ASSERT_NE(std::freopen(log.c_str(), "w", stderr), nullptr);
+    auto start = std::chrono::steady_clock::now();
+    auto error = expect_error<ddp::StoreError>(
+        [port] {
+          ddp::init_process_group(ddp::InitOptions()
+                                      .init_method("tcp://127.0.0.1:" + std::to_string(port))
+                                      .rank(1)
+                                      .world_size(2)
+                                      .timeout(std::chrono::seconds(2)));
+        },
+        {"could not reach the store hosted by rank 0", "within 2.0000 s"});
+    EXPECT_EQ(error.rank(), 1);
+    EXPECT_GT(elapsed_ms(start), 1900);
+    EXPECT_LT(elapsed_ms(start), 6000);
+    std::fflush(stderr);
+    std::ifstream in(log);
+    std::stringstream logged;
+    logged << in.rdbuf();
+    EXPECT_EQ(logged.str().find("c10d"), std::string::npos) << logged.str();
+  });
+}
