@@ -11,6 +11,7 @@
 #include "init/allocator_tuning.h"
 #include "process_group/backend_factory.h"
 #include "process_group/process_state.h"
+#include "rendezvous/rank_claim.h"
 #include "rendezvous/rendezvous_spec.h"
 #include "rendezvous/store_barrier.h"
 #include "rendezvous/store_factory.h"
@@ -97,6 +98,7 @@ void init_process_group(const InitOptions& options) {
   world->store = compat::group_store(store, world->name);
   try {
     const std::string operation = "init_process_group at " + spec.describe();
+    rendezvous::claim_rank(*store, spec.rank, spec.world_size);
     detail::BackendChoice& choice = state->backends;
     auto gloo = detail::make_flat_gloo(choice, *world, operation);
     if (detail::needs_host_ids(choice.name)) {

@@ -251,3 +251,67 @@ TEST(Failure, UnreachableStoreNamesTheWholeTimeoutWithoutFloodingTheLog) {
     EXPECT_EQ(logged.str().find("c10d"), std::string::npos) << logged.str();
   });
 }
+
+// RANK 0, 1, 1 with WORLD_SIZE=2: the process that claims rank 1 second is refused at once,
+// naming both claimants; the other two make a working job.
+TEST(Failure, TwoProcessesClaimingOneRankAreRefusedNamingBoth) {
+  const std::string refused = ddp::testing::fresh_path("refused");
+  Launch launch;
+  launch.world_size = 3;
+  auto outcomes = run_ranks(launch, [refused](int index) {
+    ::setenv("RANK", index == 2 ? "1" : std::to_string(index).c_str(), 1);
+    ::setenv("WORLD_SIZE", "2", 1);
+    try {
+      ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout));
+    } catch (const ddp::MismatchError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 1 is claimed by two processes: pid " + std::to_string(::getpid()) +
+                          " on "),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find(") and pid "), std::string::npos) << what;
+      EXPECT_EQ(e.rank(), 1);
+      std::ofstream(refused + "." + std::to_string(index)) << what;
+      return;
+    }
+    auto t = torch::ones({4});
+    ddp::all_reduce(t);
+    EXPECT_EQ(t[0].item<float>(), 2.0f);
+    ddp::destroy_process_group();
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+  int refusals = 0;
+  for (int index = 0; index < 3; ++index) {
+    refusals += std::ifstream(refused + "." + std::to_string(index)).good() ? 1 : 0;
+  }
+  EXPECT_EQ(refusals, 1);
+  EXPECT_FALSE(std::ifstream(refused + ".0").good());  // rank 0 is not in dispute
+}
+
+// Whichever rank reaches the store second is refused at once with both world sizes; the other
+// waits for a world that will not come and times out.
+TEST(Failure, RanksDisagreeingOnTheWorldSizeAreRefusedNamingBothSizes) {
+  const std::string refused = ddp::testing::fresh_path("refused");
+  Launch launch;
+  launch.timeout = std::chrono::seconds(30);
+  auto outcomes = run_ranks(launch, [refused](int rank) {
+    ::setenv("WORLD_SIZE", rank == 0 ? "2" : "3", 1);
+    try {
+      ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout));
+      ADD_FAILURE() << "init_process_group succeeded";
+    } catch (const ddp::MismatchError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("the ranks disagree on the world size"), std::string::npos) << what;
+      EXPECT_NE(what.find("has world size 2"), std::string::npos) << what;
+      EXPECT_NE(what.find("has world size 3"), std::string::npos) << what;
+      std::ofstream(refused + "." + std::to_string(rank)) << what;
+    } catch (const ddp::TimeoutError&) {
+    }
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+  int refusals = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    refusals += std::ifstream(refused + "." + std::to_string(rank)).good() ? 1 : 0;
+  }
+  EXPECT_EQ(refusals, 1);
+}
