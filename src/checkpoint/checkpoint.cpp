@@ -1,6 +1,9 @@
 #include "ddp/checkpoint.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -64,24 +67,74 @@ std::string folder_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
+std::string base_name(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The writer of "<name>.tmp.<pid>.<time>.<n>" is certainly gone when no process has its pid
+// (ESRCH) and nobody holds the file's lock: the writer holds it while writing, and the kernel
+// drops it when the writer dies. The pid test alone could be fooled by a writer in another pid
+// namespace or on another host sharing the folder; the lock alone, by the moment between a
+// writer's open and its flock.
+bool writer_is_gone(const std::string& tmp, const std::string& pid_text) {
+  char* end = nullptr;
+  long pid = std::strtol(pid_text.c_str(), &end, 10);
+  if (pid_text.empty() || *end != '\0' || pid <= 0 || pid == ::getpid()) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) return false;
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool unlocked = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return unlocked;
+}
+
+// A save killed mid-write leaves its temporary file behind; the next save of the same path
+// removes those whose writer is gone, and never a live writer's. Best effort: a file that cannot
+// be examined stays.
+void remove_stale_temporaries(const std::string& path) {
+  const std::string prefix = base_name(path) + ".tmp.";
+  const std::string folder = folder_of(path);
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) return;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const std::string tmp = folder + "/" + name;
+    if (writer_is_gone(tmp, rest.substr(0, rest.find('.')))) ::unlink(tmp.c_str());
+  }
+  ::closedir(dir);
+}
+
+struct WriteFailure {
+  std::string cause;      // "" on success
+  bool bad_path = false;  // the caller's path is unusable (no such folder, not writable)
+};
+
 // Writes `bytes` to `path` atomically: a uniquely named temporary file in the same folder,
-// written, fsync'ed and renamed over `path`, then the folder fsync'ed. Returns "" on success,
-// else the cause; the temporary file never survives a failure.
-std::string write_atomically(const std::string& path, const std::vector<char>& bytes) {
+// written, fsync'ed and renamed over `path`, then the folder fsync'ed. The temporary file never
+// survives a failure of this process (a killed one's is removed by the next save).
+WriteFailure write_atomically(const std::string& path, const std::vector<char>& bytes) {
   static std::atomic<unsigned> counter{0};
+  remove_stale_temporaries(path);
   auto now = std::chrono::steady_clock::now().time_since_epoch().count();
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(now) + "." +
                     std::to_string(counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return "cannot create the temporary file " + tmp + ": " + errno_text(errno) +
-           ". Does the folder " + folder_of(path) + " exist and is it writable?";
+    int error = errno;
+    return {"cannot create the temporary file " + tmp + ": " + errno_text(error) +
+                ". Does the folder " + folder_of(path) + " exist and is it writable?",
+            error == ENOENT || error == ENOTDIR || error == EACCES || error == EROFS};
   }
+  // Held until this process closes the file or dies: it marks the file as being written.
+  ::flock(fd, LOCK_EX | LOCK_NB);
   auto give_up = [&](const std::string& step) {
     int error = errno;
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
-    return "cannot " + step + " " + tmp + ": " + errno_text(error);
+    return WriteFailure{"cannot " + step + " " + tmp + ": " + errno_text(error)};
   };
   size_t done = 0;
   while (done < bytes.size()) {
@@ -99,14 +152,15 @@ std::string write_atomically(const std::string& path, const std::vector<char>& b
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int error = errno;
     ::unlink(tmp.c_str());
-    return "cannot rename " + tmp + " to " + path + ": " + errno_text(error);
+    return {"cannot rename " + tmp + " to " + path + ": " + errno_text(error),
+            error == EISDIR || error == EACCES};
   }
   int dir = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     ::fsync(dir);  // best effort: the file is in place; some filesystems refuse fsync on folders
     ::close(dir);
   }
-  return "";
+  return {};
 }
 
 std::vector<char> serialize(const torch::nn::Module& module,
@@ -123,8 +177,9 @@ std::vector<char> serialize(const torch::nn::Module& module,
     top.insert("optimizer", detail::optimizer_state_dict(*optimizer, kSave));
   for (const auto& [key, value] : extra) {
     if (key == "model" || key == "optimizer") {
-      detail::fail(kSave, "an extra entry is named \"" + key +
-                              "\", a name the checkpoint keeps for itself; rename it.");
+      detail::fail<InvalidArgumentError>(
+          kSave, "an extra entry is named \"" + key +
+                     "\", a name the checkpoint keeps for itself; rename it.");
     }
     top.insert(key, value.isTensor() ? c10::IValue(value.toTensor().detach().cpu()) : value);
   }
@@ -142,44 +197,57 @@ std::string join(const std::vector<std::string>& names) {
   return out;
 }
 
+// Everything load_checkpoint does; a failure that is not a DistributedError is the file's.
+ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& module,
+                                torch::optim::Optimizer* optimizer, const LoadOptions& options);
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& module,
                      const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
   bool collective = is_initialized() && get_world_size() > 1;
   int rank = is_initialized() ? get_rank() : 0;
-  std::string failure;
+  WriteFailure failure;
+  std::exception_ptr own_error;  // rank 0's own DistributedError, rethrown with its type
   if (rank == 0) {
     try {
       failure = write_atomically(path, serialize(module, optimizer, extra));
     } catch (const DistributedError& error) {
       if (!collective) throw;
-      failure = error.what();
+      own_error = std::current_exception();
+      failure.cause = error.what();
+      failure.bad_path = dynamic_cast<const InvalidArgumentError*>(&error) != nullptr;
     } catch (const std::exception& error) {
-      failure = "cannot serialize the checkpoint: " + first_line(error.what());
+      failure.cause = "cannot serialize the checkpoint: " + first_line(error.what());
     }
   }
   if (collective) {
-    // Rank 0 tells the others whether it wrote the file (and why not), so that they never wait
-    // for a file that will not come.
-    auto length = at::full({1}, static_cast<int64_t>(failure.size()), at::kLong);
-    broadcast(length, 0);
-    int64_t n = length.item<int64_t>();
+    // Rank 0 tells the others whether it wrote the file (and why not, and whether the caller's
+    // path or arguments were at fault), so that they never wait for a file that will not come.
+    auto header = at::tensor(
+        {static_cast<int64_t>(failure.cause.size()), static_cast<int64_t>(failure.bad_path)},
+        at::kLong);
+    broadcast(header, 0);
+    int64_t n = header[0].item<int64_t>();
     if (n > 0) {
       auto text = at::zeros({n}, at::kByte);
-      if (rank == 0) std::memcpy(text.data_ptr(), failure.data(), failure.size());
+      if (rank == 0) std::memcpy(text.data_ptr(), failure.cause.data(), failure.cause.size());
       broadcast(text, 0);
       if (rank != 0) {
         std::string cause(static_cast<const char*>(text.data_ptr()), static_cast<size_t>(n));
-        detail::fail(kSave, "rank 0 failed to write " + path + ": " + cause);
+        const std::string message = "rank 0 failed to write " + path + ": " + cause;
+        if (header[1].item<int64_t>() != 0) detail::fail<InvalidArgumentError>(kSave, message);
+        detail::fail(kSave, message);
       }
     } else {
       barrier();
     }
   }
-  if (!failure.empty()) {
-    if (failure.rfind("[rank", 0) == 0) throw DistributedError(failure);
-    detail::fail(kSave, "failed to write " + path + ": " + failure);
+  if (own_error) std::rethrow_exception(own_error);
+  if (!failure.cause.empty()) {
+    const std::string message = "failed to write " + path + ": " + failure.cause;
+    if (failure.bad_path) detail::fail<InvalidArgumentError>(kSave, message);
+    detail::fail(kSave, message);
   }
 }
 
@@ -190,9 +258,36 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
 
 ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
                            torch::optim::Optimizer* optimizer, const LoadOptions& options) {
+  try {
+    return load_checkpoint_file(path, module, optimizer, options);
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& error) {
+    // Whatever libtorch's readers throw on a damaged file, the caller learns which file it was.
+    detail::fail<InvalidArgumentError>(
+        kLoad, "cannot read " + path + ": " + first_line(error.what()) + ".");
+  }
+}
+
+namespace {
+
+ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& module,
+                                torch::optim::Optimizer* optimizer, const LoadOptions& options) {
+  // std::ifstream opens a folder without complaint and then reads nothing: look first.
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    detail::fail<InvalidArgumentError>(kLoad,
+                                       "cannot open " + path + ": " + errno_text(errno) + ".");
+  }
+  if (!S_ISREG(info.st_mode)) {
+    detail::fail<InvalidArgumentError>(
+        kLoad, path + (S_ISDIR(info.st_mode) ? " is a directory" : " is not a regular file") +
+                   ", not a checkpoint file.");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    detail::fail(kLoad, "cannot open " + path + ": " + errno_text(errno) + ".");
+    detail::fail<InvalidArgumentError>(kLoad,
+                                       "cannot open " + path + ": " + errno_text(errno) + ".");
   }
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   c10::IValue loaded;
@@ -203,15 +298,17 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
     try {
       loaded = detail::load_python_pickle(path);
     } catch (const std::exception&) {
-      detail::fail(kLoad, path +
-                              " is not a checkpoint in torch.save / ddp::save_checkpoint "
-                              "(pickle_save) format, or it is truncated (" +
-                              first_line(error.what()) + ").");
+      detail::fail<InvalidArgumentError>(
+          kLoad, path +
+                     " is not a checkpoint in torch.save / ddp::save_checkpoint "
+                     "(pickle_save) format, or it is truncated (" +
+                     first_line(error.what()) + ").");
     }
   }
   if (!loaded.isGenericDict()) {
-    detail::fail(kLoad, path + " holds a " + loaded.tagKind() +
-                            ", not a dict: expected a checkpoint or a state dict.");
+    detail::fail<InvalidArgumentError>(kLoad,
+                                       path + " holds a " + loaded.tagKind() +
+                                           ", not a dict: expected a checkpoint or a state dict.");
   }
   auto top = loaded.toGenericDict();
   // Ours and Python's {"model": state_dict, ...}, or a bare state dict.
@@ -237,8 +334,9 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
   NamedTensors file_entries;
   for (const auto& item : state) {
     if (!item.key().isString() || !item.value().isTensor()) {
-      detail::fail(kLoad, path + "'s state dict has an entry that is not name -> tensor (" +
-                              item.key().tagKind() + " -> " + item.value().tagKind() + ").");
+      detail::fail<InvalidArgumentError>(
+          kLoad, path + "'s state dict has an entry that is not name -> tensor (" +
+                     item.key().tagKind() + " -> " + item.value().tagKind() + ").");
     }
     file_entries.emplace_back(item.key().toStringRef(), item.value().toTensor());
   }
@@ -255,9 +353,10 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
     }
     used.insert(name);
     if (it->second.sizes() != target.sizes()) {
-      detail::fail(kLoad, "shape mismatch for \"" + name + "\": " + path + " has " +
-                              c10::str(it->second.sizes()) + ", the module has " +
-                              c10::str(target.sizes()) + ".");
+      detail::fail<InvalidArgumentError>(kLoad, "shape mismatch for \"" + name + "\": " + path +
+                                                    " has " + c10::str(it->second.sizes()) +
+                                                    ", the module has " + c10::str(target.sizes()) +
+                                                    ".");
     }
     copies.emplace_back(target, it->second);
   };
@@ -270,10 +369,12 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
     std::string cause = path + " does not match the module:";
     if (!missing.empty()) cause += " missing keys: " + join(missing) + ";";
     if (!unexpected.empty()) cause += " unexpected keys: " + join(unexpected) + ";";
-    detail::fail(kLoad, cause + " load with LoadOptions().strict(false) to load what matches.");
+    detail::fail<InvalidArgumentError>(
+        kLoad, cause + " load with LoadOptions().strict(false) to load what matches.");
   }
   if (optimizer != nullptr && saved_optimizer.isNone()) {
-    detail::fail(kLoad, path + " has no optimizer state (\"optimizer\"); pass no optimizer.");
+    detail::fail<InvalidArgumentError>(
+        kLoad, path + " has no optimizer state (\"optimizer\"); pass no optimizer.");
   }
   // The optimizer first: it checks all of its state before changing any, so that a bad file
   // leaves both the optimizer and the module as they were.
@@ -286,5 +387,7 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
   }
   return extra;
 }
+
+}  // namespace
 
 }  // namespace ddp

@@ -36,7 +36,7 @@ struct Reader {
   const std::string& operation;
 
   [[noreturn]] void bad(const std::string& what) const {
-    fail(operation, "the optimizer state in " + path + " " + what + ".");
+    fail<InvalidArgumentError>(operation, "the optimizer state in " + path + " " + what + ".");
   }
 
   c10::impl::GenericDict dict(const c10::IValue& value, const std::string& name) const {
@@ -93,9 +93,10 @@ c10::IValue optimizer_state_dict(const Optimizer& optimizer, const std::string& 
   bool is_sgd = dynamic_cast<const SGD*>(&optimizer) != nullptr;
   bool is_adam = dynamic_cast<const Adam*>(&optimizer) != nullptr;
   if (!is_sgd && !is_adam) {
-    fail(operation,
-         "saves the state of torch::optim::SGD and torch::optim::Adam; this optimizer is neither. "
-         "Save its state yourself (torch::save) or pass no optimizer.");
+    fail<InvalidArgumentError>(
+        operation,
+        "saves the state of torch::optim::SGD and torch::optim::Adam; this optimizer is neither. "
+        "Save its state yourself (torch::save) or pass no optimizer.");
   }
   c10::impl::GenericDict state(c10::IntType::get(), c10::AnyType::get());
   c10::impl::GenericList groups(c10::AnyType::get());
@@ -159,8 +160,9 @@ void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& saved,
   bool is_sgd = dynamic_cast<SGD*>(&optimizer) != nullptr;
   bool is_adam = dynamic_cast<Adam*>(&optimizer) != nullptr;
   if (!is_sgd && !is_adam) {
-    fail(operation,
-         "loads the state of torch::optim::SGD and torch::optim::Adam; this optimizer is neither.");
+    fail<InvalidArgumentError>(
+        operation,
+        "loads the state of torch::optim::SGD and torch::optim::Adam; this optimizer is neither.");
   }
   Reader read{path, operation};
   auto top = read.dict(saved, "optimizer");

@@ -128,17 +128,16 @@ void CollectiveCall::verify_matching_call(const at::Tensor& tensor, int root, in
   }
   for (int i = 1; i < group_->size(); ++i) {
     if (!at::equal(all[i], all[0])) {
-      fail("the ranks are not making the same call: rank " +
-           std::to_string(group_->global_ranks[0]) + " calls " +
-           describe_call(all[0].data_ptr<int64_t>()) + ", but rank " +
-           std::to_string(group_->global_ranks[i]) + " calls " +
-           describe_call(all[i].data_ptr<int64_t>()) +
-           ". Every rank of a group must issue the same collectives, in the same order, on "
-           "tensors of the same size and dtype.");
+      fail<MismatchError>(
+          "the ranks are not making the same call: rank " +
+          std::to_string(group_->global_ranks[0]) + " calls " +
+          describe_call(all[0].data_ptr<int64_t>()) + ", but rank " +
+          std::to_string(group_->global_ranks[i]) + " calls " +
+          describe_call(all[i].data_ptr<int64_t>()) +
+          ". Every rank of a group must issue the same collectives, in the same order, on "
+          "tensors of the same size and dtype.");
     }
   }
 }
-
-void CollectiveCall::fail(const std::string& cause) const { detail::fail(operation_, cause); }
 
 }  // namespace ddp::detail

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "common/error_context.h"
 #include "ddp/process_group.h"
 #include "process_group/backend.h"
 #include "process_group/group_state.h"
@@ -49,7 +50,12 @@ class CollectiveCall {
   /// `tensor` may be undefined (barrier); `root` and `reduce_op` are -1 where they do not apply.
   void verify_matching_call(const at::Tensor& tensor, int root = -1, int reduce_op = -1);
 
-  [[noreturn]] void fail(const std::string& cause) const;
+  /// Throws Error (an InvalidArgumentError by default: most checks here are of the caller's
+  /// arguments) for this operation.
+  template <typename Error = InvalidArgumentError>
+  [[noreturn]] void fail(const std::string& cause) const {
+    detail::fail<Error>(operation_, cause);
+  }
 
  private:
   Backend& backend_for(Collective collective, const at::Tensor& staged) const;

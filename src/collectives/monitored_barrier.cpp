@@ -45,17 +45,18 @@ void monitored_barrier(std::chrono::milliseconds timeout, const ProcessGroup& gr
       store.set(prefix + std::to_string(state.group_rank), bytes("1"));
       // Rank 0 gives its verdict only when its own deadline passes: allow it the same time again.
       if (!wait_for_key(store, release, deadline + timeout)) {
-        call.fail("rank " + std::to_string(state.global_ranks[0]) +
-                  " (group rank 0) did not release the barrier within " +
-                  std::to_string(2 * timeout.count()) +
-                  " ms: it has not arrived, or is itself waiting "
-                  "for another rank; see its error");
+        call.fail<TimeoutError>("rank " + std::to_string(state.global_ranks[0]) +
+                                " (group rank 0) did not release the barrier within " +
+                                std::to_string(2 * timeout.count()) +
+                                " ms: it has not arrived, or is itself waiting "
+                                "for another rank; see its error");
       }
       auto outcome = store.get(release);
       std::string text(outcome.begin(), outcome.end());
       if (text != "ok") {
-        call.fail("this rank arrived, but rank 0 reports that ranks " + text +
-                  " failed to pass the barrier within " + std::to_string(timeout.count()) + " ms");
+        call.fail<TimeoutError>("this rank arrived, but rank 0 reports that ranks " + text +
+                                " failed to pass the barrier within " +
+                                std::to_string(timeout.count()) + " ms");
       }
       return;
     }
@@ -67,10 +68,11 @@ void monitored_barrier(std::chrono::milliseconds timeout, const ProcessGroup& gr
     }
     store.set(release, bytes(missing.empty() ? "ok" : detail::join_ints(missing)));
     if (!missing.empty()) {
-      call.fail(std::string(missing.size() == 1 ? "rank " : "ranks ") + detail::join_ints(missing) +
-                " failed to pass monitored_barrier within " + std::to_string(timeout.count()) +
-                " ms (" + std::to_string(missing.size()) + " of " + std::to_string(state.size()) +
-                " ranks missing)");
+      call.fail<TimeoutError>(
+          std::string(missing.size() == 1 ? "rank " : "ranks ") + detail::join_ints(missing) +
+          " failed to pass monitored_barrier within " + std::to_string(timeout.count()) + " ms (" +
+          std::to_string(missing.size()) + " of " + std::to_string(state.size()) +
+          " ranks missing)");
     }
   } catch (const std::exception& error) {  // our own errors pass through unchanged
     detail::rethrow_backend_failure(call.operation(), error);

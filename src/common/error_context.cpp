@@ -1,49 +1,106 @@
 #include "common/error_context.h"
 
-#include "ddp/errors.h"
 #include "process_group/process_state.h"
 
 namespace ddp::detail {
+namespace {
+
+bool contains(const std::string& text, const char* part) {
+  return text.find(part) != std::string::npos;
+}
+
+// gloo names the peer of a closed connection: "Connection closed by peer [10.0.0.2]:51234".
+std::string peer_address(const std::string& what) {
+  auto open = what.find("peer [");
+  if (open == std::string::npos) return "";
+  open += 6;
+  auto close = what.find(']', open);
+  return close == std::string::npos ? "" : what.substr(open, close - open);
+}
+
+}  // namespace
 
 std::string context(const std::string& operation) {
   int rank = current_global_rank();
   return "[rank " + (rank < 0 ? std::string("?") : std::to_string(rank)) + "] ddp::" + operation;
 }
 
-void fail(const std::string& operation, const std::string& cause) {
-  throw DistributedError(context(operation) + ": " + cause);
+int reporting_rank() { return current_global_rank(); }
+
+std::string user_call(const std::string& operation) {
+  return operation.substr(0, operation.find_first_of(" ("));
 }
 
+void fail_peer_lost(const std::string& operation, const std::string& cause, int lost_rank,
+                    const std::string& lost_host) {
+  throw PeerLostError(context(operation) + ": " + cause, reporting_rank(), user_call(operation),
+                      lost_rank, lost_host);
+}
+
+namespace {
+
+// The same error, of the same type, reported for `call`: a backend names its own step (the
+// fingerprint's all_gather), the user wants the call they made (all_reduce).
+[[noreturn]] void rethrow_for_call(const std::string& call, const DistributedError& error) {
+  if (error.operation() == call || call.empty()) throw;
+  const std::string message = error.what();
+  const int rank = error.rank();
+  if (const auto* lost = dynamic_cast<const PeerLostError*>(&error)) {
+    throw PeerLostError(message, rank, call, lost->lost_rank(), lost->lost_host());
+  }
+  if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(message, rank, call);
+  if (dynamic_cast<const MismatchError*>(&error)) throw MismatchError(message, rank, call);
+  if (dynamic_cast<const StoreError*>(&error)) throw StoreError(message, rank, call);
+  if (dynamic_cast<const InvalidArgumentError*>(&error)) {
+    throw InvalidArgumentError(message, rank, call);
+  }
+  throw DistributedError(message, rank, call);
+}
+
+}  // namespace
+
 void rethrow_backend_failure(const std::string& operation, const std::exception& error) {
-  if (dynamic_cast<const DistributedError*>(&error) != nullptr) throw;
+  if (const auto* ours = dynamic_cast<const DistributedError*>(&error)) {
+    rethrow_for_call(user_call(operation), *ours);
+  }
   std::string what = error.what();
   // c10::Error appends a C++ backtrace after the first line; keep the message readable.
   auto backtrace = what.find("\nException raised from");
   if (backtrace != std::string::npos) what.resize(backtrace);
-  std::string hint;
-  if (what.find("Connection closed by peer") != std::string::npos ||
-      what.find("Connection reset") != std::string::npos ||
-      what.find("Broken pipe") != std::string::npos) {
-    hint =
-        " A peer process closed its connection: it probably exited or crashed during the "
-        "collective. Look at the other ranks' output for the first error.";
-  } else if (what.find("Invalid scalar type") != std::string::npos) {
-    hint =
-        " Gloo reduces and moves float, double, half, int8, uint8, int32 and int64 tensors "
-        "(complex ones as pairs of reals); convert the tensor to one of these dtypes.";
-  } else if (what.find("Duplicate GPU") != std::string::npos) {
-    hint =
-        " Two ranks of this NCCL group use the same GPU, and NCCL needs one GPU per rank: give "
-        "each rank its own device (ddp::set_device() before init_process_group, with at most "
-        "one rank per GPU), or let ranks share a GPU through backend(\"gloo\").";
-  } else if (what.find("imed out") != std::string::npos ||
-             what.find("Timeout") != std::string::npos ||
-             what.find("timeout") != std::string::npos) {
-    hint =
-        " A peer did not take part within the group timeout (InitOptions().timeout): it may "
-        "be stuck, much slower, or calling a different collective.";
+  const std::string message = context(operation) + " failed: " + what + ".";
+  const int rank = reporting_rank();
+  const std::string call = user_call(operation);
+  if (contains(what, "Connection closed by peer") || contains(what, "Connection reset") ||
+      contains(what, "Broken pipe")) {
+    throw PeerLostError(message +
+                            " A peer process closed its connection: it probably exited or "
+                            "crashed during the collective. Look at the other ranks' output for "
+                            "the first error.",
+                        rank, call, -1, peer_address(what));
   }
-  throw DistributedError(context(operation) + " failed: " + what + "." + hint);
+  if (contains(what, "Invalid scalar type")) {
+    throw InvalidArgumentError(
+        message +
+            " Gloo reduces and moves float, double, half, int8, uint8, int32 and int64 tensors "
+            "(complex ones as pairs of reals); convert the tensor to one of these dtypes.",
+        rank, call);
+  }
+  if (contains(what, "Duplicate GPU")) {
+    throw InvalidArgumentError(
+        message +
+            " Two ranks of this NCCL group use the same GPU, and NCCL needs one GPU per rank: "
+            "give each rank its own device (ddp::set_device() before init_process_group, with at "
+            "most one rank per GPU), or let ranks share a GPU through backend(\"gloo\").",
+        rank, call);
+  }
+  if (contains(what, "imed out") || contains(what, "Timeout") || contains(what, "timeout")) {
+    throw TimeoutError(message +
+                           " A peer did not take part within the group timeout "
+                           "(InitOptions().timeout): it may be stuck, much slower, or calling a "
+                           "different collective.",
+                       rank, call);
+  }
+  throw DistributedError(message, rank, call);
 }
 
 std::string join_ints(const std::vector<int>& values) {

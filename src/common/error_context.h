@@ -1,22 +1,43 @@
 // Helpers that build DistributedError messages in one format:
 //   "[rank R] ddp::OPERATION: CAUSE" (+ " FIX" where one is known).
 // The rank is the global rank when a default group exists, "?" before it does.
+//
+// Each throw site says what kind of failure it raises (fail<TimeoutError>, fail_peer_lost), so
+// that the type is decided where the cause is known, never guessed later from the text.
 #pragma once
 
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "ddp/errors.h"
+
 namespace ddp::detail {
 
 /// "[rank 3] ddp::all_reduce"
 std::string context(const std::string& operation);
 
-[[noreturn]] void fail(const std::string& operation, const std::string& cause);
+/// The rank a new error reports: the global rank, or -1 before init_process_group knows it.
+int reporting_rank();
+
+/// The user's call within an operation text: "new_group(0, 1)" -> "new_group",
+/// "all_reduce between hosts" -> "all_reduce".
+std::string user_call(const std::string& operation);
+
+/// Throws Error (DistributedError or a subclass) with the message, rank and operation filled in.
+template <typename Error = DistributedError>
+[[noreturn]] void fail(const std::string& operation, const std::string& cause) {
+  throw Error(context(operation) + ": " + cause, reporting_rank(), user_call(operation));
+}
+
+/// A PeerLostError naming the lost peer: its global rank (-1 if unknown) and host ("" if unknown).
+[[noreturn]] void fail_peer_lost(const std::string& operation, const std::string& cause,
+                                 int lost_rank, const std::string& lost_host = "");
 
 /// Turns a failure of the backend (c10d, gloo) into a DistributedError with the operation, the
-/// rank and, for the failures we recognise (a peer that closed its connection, a timeout), what it
-/// most likely means and what to do. Call from inside a catch block.
+/// rank and, for the failures we recognise (a peer that closed its connection, a timeout), the
+/// matching subclass, what it most likely means and what to do. A DistributedError passes
+/// through unchanged. Call from inside a catch block.
 [[noreturn]] void rethrow_backend_failure(const std::string& operation,
                                           const std::exception& error);
 

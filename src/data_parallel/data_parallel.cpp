@@ -112,9 +112,10 @@ void run_in_parallel(const std::vector<std::function<void()>>& calls,
 }
 
 void check_data_parallel(const std::vector<c10::Device>& devices, const at::Tensor& input) {
-  if (devices.empty()) fail("DataParallel", "needs at least one device");
+  if (devices.empty()) fail<InvalidArgumentError>("DataParallel", "needs at least one device");
   if (!input.defined() || input.dim() == 0) {
-    fail("DataParallel", "the input must be a tensor with a batch dimension (dim 0) to split");
+    fail<InvalidArgumentError>(
+        "DataParallel", "the input must be a tensor with a batch dimension (dim 0) to split");
   }
 }
 

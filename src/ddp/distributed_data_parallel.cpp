@@ -39,7 +39,8 @@ NamedTensors module_buffers(torch::nn::Module& module) {
 
 size_t megabytes_to_bytes(double mb, const char* option) {
   if (!(mb > 0)) {
-    fail(kOperation, std::string(option) + " must be positive, got " + std::to_string(mb));
+    fail<InvalidArgumentError>(
+        kOperation, std::string(option) + " must be positive, got " + std::to_string(mb));
   }
   return static_cast<size_t>(mb * 1024 * 1024);
 }
@@ -48,22 +49,25 @@ size_t megabytes_to_bytes(double mb, const char* option) {
 
 DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
     : module_(std::move(module)), options_(std::move(options)) {
-  if (!module_) fail(kOperation, "the module is null");
+  if (!module_) fail<InvalidArgumentError>(kOperation, "the module is null");
   const ProcessGroup& group = options_.process_group();
   if (!group.is_member()) {
-    fail(kOperation, "this rank is not a member of the process group given in DDPOptions");
+    fail<InvalidArgumentError>(
+        kOperation, "this rank is not a member of the process group given in DDPOptions");
   }
   NamedTensors parameters = trainable_parameters(*module_);
   if (parameters.tensors.empty()) {
-    fail(kOperation,
-         "DistributedDataParallel is not needed when a module doesn't have any parameter that "
-         "requires a gradient");
+    fail<InvalidArgumentError>(
+        kOperation,
+        "DistributedDataParallel is not needed when a module doesn't have any parameter that "
+        "requires a gradient");
   }
   for (size_t i = 0; i < parameters.tensors.size(); ++i) {
     if (parameters.tensors[i].device() != parameters.tensors[0].device()) {
-      fail(kOperation, "all parameters must be on one device, but '" + parameters.names[i] +
-                           "' is on " + parameters.tensors[i].device().str() + " and '" +
-                           parameters.names[0] + "' on " + parameters.tensors[0].device().str());
+      fail<InvalidArgumentError>(
+          kOperation, "all parameters must be on one device, but '" + parameters.names[i] +
+                          "' is on " + parameters.tensors[i].device().str() + " and '" +
+                          parameters.names[0] + "' on " + parameters.tensors[0].device().str());
     }
   }
   check_device_options(parameters.tensors[0].device());
@@ -92,17 +96,19 @@ void DDPCore::check_device_options(const c10::Device& module_device) {
   const auto& ids = options_.device_ids();
   if (ids.empty()) {
     if (options_.output_device() && *options_.output_device() != module_device) {
-      fail(kOperation, "output_device " + options_.output_device()->str() +
-                           " differs from the module's device " + module_device.str() +
-                           "; DDP does not move outputs (one device per process)");
+      fail<InvalidArgumentError>(kOperation,
+                                 "output_device " + options_.output_device()->str() +
+                                     " differs from the module's device " + module_device.str() +
+                                     "; DDP does not move outputs (one device per process)");
     }
     return;
   }
   if (ids.size() != 1) {
-    fail(kOperation,
-         "device_ids takes one device, this process's GPU (one process per GPU, as "
-         "in PyTorch), got " +
-             std::to_string(ids.size()));
+    fail<InvalidArgumentError>(
+        kOperation,
+        "device_ids takes one device, this process's GPU (one process per GPU, as "
+        "in PyTorch), got " +
+            std::to_string(ids.size()));
   }
   c10::Device device = ids[0];
   // A CPU device is taken for a CPU module, so that one program (device_ids({set_device()})) runs
@@ -111,15 +117,17 @@ void DDPCore::check_device_options(const c10::Device& module_device) {
     device = c10::Device(c10::kCUDA, module_device.index());
   }
   if (module_device != device) {
-    fail(kOperation, "device_ids says " + device.str() + " but the module's parameters are on " +
-                         module_device.str() +
-                         ". Move the module to its device before wrapping it: "
-                         "net->to(ddp::set_device()).");
+    fail<InvalidArgumentError>(
+        kOperation, "device_ids says " + device.str() + " but the module's parameters are on " +
+                        module_device.str() +
+                        ". Move the module to its device before wrapping it: "
+                        "net->to(ddp::set_device()).");
   }
   if (options_.output_device() && *options_.output_device() != device) {
-    fail(kOperation, "output_device " + options_.output_device()->str() +
-                         " must be device_ids[0] (" + device.str() +
-                         "): with one device per process, outputs stay on it");
+    fail<InvalidArgumentError>(kOperation,
+                               "output_device " + options_.output_device()->str() +
+                                   " must be device_ids[0] (" + device.str() +
+                                   "): with one device per process, outputs stay on it");
   }
   input_device_ = device;
 }

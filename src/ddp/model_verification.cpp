@@ -52,14 +52,15 @@ void verify_model_across_ranks(const NamedTensors& parameters, const NamedTensor
   auto all_counts = all_gather(counts, group);
   for (size_t r = 1; r < all_counts.size(); ++r) {
     if (!at::equal(all_counts[r], all_counts[0])) {
-      fail(kVerification, "expects the same model on every rank, but rank " +
-                           std::to_string(ranks[r]) + " has " +
-                           std::to_string(all_counts[r][0].item<int64_t>()) +
-                           " parameters (requiring grad) and " +
-                           std::to_string(all_counts[r][1].item<int64_t>()) +
-                           " buffers, while rank " + std::to_string(ranks[0]) + " has " +
-                           std::to_string(all_counts[0][0].item<int64_t>()) + " and " +
-                           std::to_string(all_counts[0][1].item<int64_t>()));
+      fail<MismatchError>(kVerification,
+                          "expects the same model on every rank, but rank " +
+                              std::to_string(ranks[r]) + " has " +
+                              std::to_string(all_counts[r][0].item<int64_t>()) +
+                              " parameters (requiring grad) and " +
+                              std::to_string(all_counts[r][1].item<int64_t>()) +
+                              " buffers, while rank " + std::to_string(ranks[0]) + " has " +
+                              std::to_string(all_counts[0][0].item<int64_t>()) + " and " +
+                              std::to_string(all_counts[0][1].item<int64_t>()));
     }
   }
   if (descriptions.empty()) return;
@@ -85,9 +86,10 @@ void verify_model_across_ranks(const NamedTensors& parameters, const NamedTensor
     detail += (detail.empty() ? "" : "; ") + std::string("rank ") + std::to_string(ranks[r]) +
               " has " + sides[r];
   }
-  fail(kVerification, "expects the same model on every rank, but tensor " +
-                       std::to_string(first_difference) + " differs: " + detail +
-                       ". Build the same model on every rank (same layers, same order).");
+  fail<MismatchError>(kVerification,
+                      "expects the same model on every rank, but tensor " +
+                          std::to_string(first_difference) + " differs: " + detail +
+                          ". Build the same model on every rank (same layers, same order).");
 }
 
 void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGroup& group) {

@@ -12,6 +12,7 @@
 #include "process_group/backend_factory.h"
 #include "process_group/gloo/gloo_address.h"
 #include "process_group/process_state.h"
+#include "rendezvous/rank_claim.h"
 #include "rendezvous/rendezvous_spec.h"
 #include "rendezvous/store_barrier.h"
 #include "rendezvous/store_factory.h"
@@ -60,13 +61,14 @@ detail::BackendChoice backend_choice_of(const std::string& backend,
 
 void init_process_group(const InitOptions& options) {
   if (detail::world_group()) {
-    detail::fail("init_process_group",
-                 "trying to initialize the default process group twice; call "
-                 "ddp::destroy_process_group() first");
+    detail::fail<InvalidArgumentError>("init_process_group",
+                                       "trying to initialize the default process group twice; call "
+                                       "ddp::destroy_process_group() first");
   }
   if (options.timeout().count() <= 0) {
-    detail::fail("init_process_group", "timeout must be positive, got " +
-                                           std::to_string(options.timeout().count()) + " ms");
+    detail::fail<InvalidArgumentError>(
+        "init_process_group",
+        "timeout must be positive, got " + std::to_string(options.timeout().count()) + " ms");
   }
   const std::string backend =
       detail::normalize_backend_name(options.backend(), "init_process_group");
@@ -101,6 +103,7 @@ void init_process_group(const InitOptions& options) {
   world->store = compat::group_store(store, world->name);
   try {
     const std::string operation = "init_process_group at " + spec.describe();
+    rendezvous::claim_rank(*store, spec.rank, spec.world_size);
     detail::BackendChoice& choice = state->backends;
     auto gloo = detail::make_flat_gloo(choice, *world, operation);
     if (detail::needs_host_ids(choice.name)) {
@@ -162,14 +165,15 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i] < 0 || sorted[i] >= world->size()) {
-      detail::fail("new_group", "rank " + std::to_string(sorted[i]) + " is outside [0, " +
-                                    std::to_string(world->size()) +
-                                    ") (ranks given: " + detail::join_ints(ranks) + ")");
+      detail::fail<InvalidArgumentError>("new_group",
+                                         "rank " + std::to_string(sorted[i]) + " is outside [0, " +
+                                             std::to_string(world->size()) +
+                                             ") (ranks given: " + detail::join_ints(ranks) + ")");
     }
     if (i > 0 && sorted[i] == sorted[i - 1]) {
-      detail::fail("new_group", "rank " + std::to_string(sorted[i]) +
-                                    " is given twice (ranks given: " + detail::join_ints(ranks) +
-                                    ")");
+      detail::fail<InvalidArgumentError>(
+          "new_group", "rank " + std::to_string(sorted[i]) +
+                           " is given twice (ranks given: " + detail::join_ints(ranks) + ")");
     }
   }
   if (sorted.empty()) sorted = world->global_ranks;  // torch.distributed: no ranks = every rank

@@ -79,14 +79,16 @@ std::string normalize_backend_name(const std::string& requested, const std::stri
   if (name == "gloo" || name == "shm" || name == "hierarchical" || name == "auto") return name;
   if (name == "nccl") {
     if (nccl_compiled_in()) return name;
-    fail(operation,
-         "backend 'nccl' is not available: this libtorch was built without CUDA, so ddp-cpp "
-         "compiles NCCL out. Use backend \"gloo\" (or \"auto\"), or build against a CUDA "
-         "libtorch (README: \"GPUs\").");
+    fail<InvalidArgumentError>(
+        operation,
+        "backend 'nccl' is not available: this libtorch was built without CUDA, so ddp-cpp "
+        "compiles NCCL out. Use backend \"gloo\" (or \"auto\"), or build against a CUDA "
+        "libtorch (README: \"GPUs\").");
   }
-  fail(operation, "unknown backend '" + requested +
-                      "'; known backends: \"gloo\", \"shm\", \"hierarchical\", \"auto\" and "
-                      "\"nccl\" (CUDA builds of libtorch)");
+  fail<InvalidArgumentError>(
+      operation, "unknown backend '" + requested +
+                     "'; known backends: \"gloo\", \"shm\", \"hierarchical\", \"auto\" and "
+                     "\"nccl\" (CUDA builds of libtorch)");
 }
 
 bool needs_host_ids(const std::string& name) { return name != "gloo" && name != "nccl"; }

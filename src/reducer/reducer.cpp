@@ -257,14 +257,16 @@ void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
 void Reducer::register_comm_hook(CommHook hook) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (comm_hook_) {
-    fail("DistributedDataParallel.register_comm_hook",
-         "a comm hook is already registered; register_comm_hook can only be called once");
+    fail<InvalidArgumentError>(
+        "DistributedDataParallel.register_comm_hook",
+        "a comm hook is already registered; register_comm_hook can only be called once");
   }
   if (any_backward_) {
-    fail("DistributedDataParallel.register_comm_hook",
-         "register_comm_hook must be called before the first backward");
+    fail<InvalidArgumentError>("DistributedDataParallel.register_comm_hook",
+                               "register_comm_hook must be called before the first backward");
   }
-  if (!hook) fail("DistributedDataParallel.register_comm_hook", "the hook is empty");
+  if (!hook)
+    fail<InvalidArgumentError>("DistributedDataParallel.register_comm_hook", "the hook is empty");
   comm_hook_ = std::move(hook);
 }
 

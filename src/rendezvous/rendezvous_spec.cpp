@@ -17,7 +17,8 @@ constexpr const char* kAcceptedForms =
     "(optionally ?rank=R&world_size=N), file:///ABSOLUTE/PATH";
 
 [[noreturn]] void fail(const std::string& message) {
-  throw DistributedError("ddp::init_process_group: " + message);
+  // Before init_process_group knows the rank: every failure here is of what the caller gave.
+  throw InvalidArgumentError("ddp::init_process_group: " + message, -1, "init_process_group");
 }
 
 std::optional<int> parse_int(const std::string& text) {
@@ -33,6 +34,20 @@ int require_int(const std::string& what, const std::string& text) {
   auto value = parse_int(text);
   if (!value) fail(what + " must be an integer, got '" + text + "'");
   return *value;
+}
+
+// A rank or world size given explicitly (environment, query) must be usable: a negative one is
+// invalid, not "not set" (-1 means "not set" only in InitOptions).
+int require_rank(const std::string& what, const std::string& text) {
+  int value = require_int(what, text);
+  if (value < 0) fail(what + " must be a rank, 0 or more, got " + text);
+  return value;
+}
+
+int require_world_size(const std::string& what, const std::string& text) {
+  int value = require_int(what, text);
+  if (value < 1) fail(what + " must be a world size, 1 or more, got " + text);
+  return value;
 }
 
 int parse_port(const std::string& what, const std::string& text) {
@@ -103,11 +118,12 @@ void resolve_rank(int rank, int world_size, const std::map<std::string, std::str
   spec.world_size = world_size;
   spec.rank_source = "options";
   if (spec.rank < 0 && query.count("rank")) {
-    spec.rank = require_int("rank in the init_method query", query.at("rank"));
+    spec.rank = require_rank("rank in the init_method query", query.at("rank"));
     spec.rank_source = "init_method query";
   }
   if (spec.world_size < 0 && query.count("world_size")) {
-    spec.world_size = require_int("world_size in the init_method query", query.at("world_size"));
+    spec.world_size =
+        require_world_size("world_size in the init_method query", query.at("world_size"));
   }
   for (const Source& source : kLaunchers) {
     auto env_rank = env(source.rank);
@@ -118,7 +134,7 @@ void resolve_rank(int rank, int world_size, const std::map<std::string, std::str
         fail(std::string("environment variable ") + source.rank + " expected, but not set (" +
              source.size + " is set); pass InitOptions().rank(r) or set it");
       }
-      spec.rank = require_int(std::string("environment variable ") + source.rank, *env_rank);
+      spec.rank = require_rank(std::string("environment variable ") + source.rank, *env_rank);
       spec.rank_source = std::string(source.rank) + " (" + source.name + ")";
     }
     if (spec.world_size < 0) {
@@ -126,7 +142,8 @@ void resolve_rank(int rank, int world_size, const std::map<std::string, std::str
         fail(std::string("environment variable ") + source.size + " expected, but not set (" +
              source.rank + " is set); pass InitOptions().world_size(n) or set it");
       }
-      spec.world_size = require_int(std::string("environment variable ") + source.size, *env_size);
+      spec.world_size =
+          require_world_size(std::string("environment variable ") + source.size, *env_size);
     }
     if (auto local = env(source.local_rank)) {
       spec.local_rank = parse_int(*local).value_or(-1);

@@ -15,11 +15,12 @@ void store_based_barrier(c10d::Store& store, const std::string& key, int world_s
   auto pause = std::chrono::microseconds(200);
   while (arrived < world_size) {
     if (std::chrono::steady_clock::now() > deadline) {
-      detail::fail(operation, "timed out after " + std::to_string(timeout.count()) +
-                                  " ms waiting for the other ranks: only " +
-                                  std::to_string(arrived) + " of " + std::to_string(world_size) +
-                                  " ranks arrived. Start every rank (the same world size on " +
-                                  "each), or raise InitOptions().timeout.");
+      detail::fail<TimeoutError>(
+          operation, "timed out after " + std::to_string(timeout.count()) +
+                         " ms waiting for the other ranks: only " + std::to_string(arrived) +
+                         " of " + std::to_string(world_size) +
+                         " ranks arrived. Start every rank (the same world size on " +
+                         "each), or raise InitOptions().timeout.");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(10000));

@@ -1,5 +1,10 @@
 #include "rendezvous/store_factory.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <thread>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -7,6 +12,7 @@
 
 #include "common/error_context.h"
 #include "compat/libtorch_compat.h"
+#include "rendezvous/listener_probe.h"
 
 namespace ddp::rendezvous {
 namespace {
@@ -21,8 +27,20 @@ std::string seconds(std::chrono::milliseconds timeout) {
   return std::to_string(timeout.count() / 1000.0).substr(0, 6) + " s";
 }
 
+[[noreturn]] void fail_unreachable(const RendezvousSpec& spec, std::chrono::milliseconds timeout,
+                                   const std::string& why) {
+  detail::fail<StoreError>(
+      "init_process_group",
+      "could not reach the store hosted by rank 0 at " + spec.host + ":" +
+          std::to_string(spec.port) + " within " + seconds(timeout) + ": " + why +
+          ". Check that rank 0 is running and that MASTER_ADDR/MASTER_PORT (or the tcp:// "
+          "address) are the same on every rank.");
+}
+
+// `timeout` bounds this attempt; `reported` is the caller's whole timeout, the one to name.
 c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
-                                                  std::chrono::milliseconds timeout) {
+                                                  std::chrono::milliseconds timeout,
+                                                  std::chrono::milliseconds reported) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(spec.port);
   options.isServer = spec.rank == 0 && !spec.use_agent_store;
@@ -33,6 +51,11 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
   options.waitWorkers = !options.isServer;
   options.timeout = timeout;
   compat::use_classic_tcp_store(options);
+  if (!options.isServer) {
+    const std::string why =
+        wait_until_listening(spec.host, spec.port, std::chrono::steady_clock::now() + timeout);
+    if (!why.empty()) fail_unreachable(spec, reported, why);
+  }
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(spec.host, options);
     if (!spec.use_agent_store) return store;
@@ -42,21 +65,18 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
     std::string what = first_line(error);
     if (options.isServer && (what.find("Address already in use") != std::string::npos ||
                              what.find("errno: 98") != std::string::npos)) {
-      detail::fail("init_process_group",
-                   "rank 0 cannot host the store: port " + std::to_string(spec.port) + " on " +
-                       spec.host + " is already in use (another job, or a previous run still " +
-                       "exiting). Choose another MASTER_PORT (ddprun --master-port, or " +
-                       "--standalone for a free one) or stop the process that holds it.");
+      detail::fail<StoreError>(
+          "init_process_group",
+          "rank 0 cannot host the store: port " + std::to_string(spec.port) + " on " + spec.host +
+              " is already in use (another job, or a previous run still " +
+              "exiting). Choose another MASTER_PORT (ddprun --master-port, or " +
+              "--standalone for a free one) or stop the process that holds it.");
     }
     if (options.isServer) {
-      detail::fail("init_process_group",
-                   "rank 0 cannot host the store at " + spec.describe() + ": " + what);
+      detail::fail<StoreError>("init_process_group",
+                               "rank 0 cannot host the store at " + spec.describe() + ": " + what);
     }
-    detail::fail("init_process_group",
-                 "could not reach the store hosted by rank 0 at " + spec.host + ":" +
-                     std::to_string(spec.port) + " within " + seconds(timeout) + ": " + what +
-                     ". Check that rank 0 is running and that MASTER_ADDR/MASTER_PORT (or the "
-                     "tcp:// address) are the same on every rank.");
+    fail_unreachable(spec, reported, what);
   }
 }
 
@@ -67,7 +87,7 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
 // finds one reconnects until the new server answers.
 c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
                                                      std::chrono::milliseconds timeout) {
-  if (spec.rank == 0) return connect_tcp_store(spec, timeout);
+  if (spec.rank == 0) return connect_tcp_store(spec, timeout, timeout);
   const std::string init_barrier = "default_pg/store_based_barrier_key:1";
   const std::string started = std::string("default_pg/") + kJobStartedKey;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -76,7 +96,7 @@ c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     try {
-      auto store = connect_tcp_store(spec, std::max(left, std::chrono::milliseconds(1)));
+      auto store = connect_tcp_store(spec, std::max(left, std::chrono::milliseconds(1)), timeout);
       if (!store->check({started}) && store->add(init_barrier, 0) < spec.world_size) return store;
     } catch (const std::exception&) {
       // The old server closed while we connected or asked: the next connection reaches the new
@@ -84,12 +104,12 @@ c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
       if (std::chrono::steady_clock::now() >= deadline) throw;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      detail::fail("init_process_group",
-                   "the store at " + spec.host + ":" + std::to_string(spec.port) +
-                       " belongs to a job that has already started (all of its ranks arrived) "
-                       "and did not go away within " +
-                       seconds(timeout) +
-                       ". Another job may be using this MASTER_PORT: choose another.");
+      detail::fail<StoreError>(
+          "init_process_group",
+          "the store at " + spec.host + ":" + std::to_string(spec.port) +
+              " belongs to a job that has already started (all of its ranks arrived) "
+              "and did not go away within " +
+              seconds(timeout) + ". Another job may be using this MASTER_PORT: choose another.");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
@@ -102,6 +122,23 @@ c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
 // rendezvous the counter is a multiple of world_size, so a new run lands in a fresh generation.
 c10::intrusive_ptr<c10d::Store> connect_file_store(const RendezvousSpec& spec,
                                                    std::chrono::milliseconds timeout) {
+  // c10d's FileStore retries opening its file until the timeout: a folder that is missing, or
+  // that this rank cannot write, would cost the whole timeout before a vague error. Say so now.
+  const std::string folder = spec.path.substr(0, std::max<size_t>(spec.path.rfind('/'), 1));
+  struct stat info {};
+  const bool exists = ::stat(folder.c_str(), &info) == 0;
+  if (!exists || !S_ISDIR(info.st_mode)) {
+    detail::fail<InvalidArgumentError>(
+        "init_process_group", "the folder " + folder + " of the rendezvous file " + spec.path +
+                                  (exists ? " is not a folder" : " does not exist") +
+                                  "; create it (shared by every rank) or choose another path");
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    detail::fail<InvalidArgumentError>(
+        "init_process_group", "the folder " + folder + " of the rendezvous file " + spec.path +
+                                  " is not writable by this process (" + std::strerror(errno) +
+                                  "); every rank must be able to create and write the file");
+  }
   try {
     auto file = c10::make_intrusive<c10d::FileStore>(spec.path, spec.world_size);
     file->setTimeout(timeout);
@@ -109,9 +146,10 @@ c10::intrusive_ptr<c10d::Store> connect_file_store(const RendezvousSpec& spec,
     int64_t generation = (arrival - 1) / spec.world_size;
     return c10::make_intrusive<c10d::PrefixStore>("generation/" + std::to_string(generation), file);
   } catch (const std::exception& error) {
-    detail::fail("init_process_group",
-                 "cannot use the rendezvous file " + spec.path + ": " + first_line(error) +
-                     ". Its folder must exist and be writable by every rank.");
+    detail::fail<StoreError>("init_process_group",
+                             "cannot use the rendezvous file " + spec.path + ": " +
+                                 first_line(error) +
+                                 ". Its folder must exist and be writable by every rank.");
   }
 }
 
@@ -120,7 +158,7 @@ c10::intrusive_ptr<c10d::Store> connect_file_store(const RendezvousSpec& spec,
 c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousSpec& spec,
                                               std::chrono::milliseconds timeout) {
   if (spec.method == Method::kFile) return connect_file_store(spec, timeout);
-  if (spec.use_agent_store) return connect_tcp_store(spec, timeout);
+  if (spec.use_agent_store) return connect_tcp_store(spec, timeout, timeout);
   return connect_hosted_store(spec, timeout);
 }
 

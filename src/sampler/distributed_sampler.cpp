@@ -19,23 +19,24 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
   num_replicas_ = options_.num_replicas() >= 0 ? options_.num_replicas() : get_world_size();
   rank_ = options_.rank() >= 0 ? options_.rank() : get_rank();
   if (dataset_size_ < 0) {
-    detail::fail(kOperation,
-                 "dataset_size must not be negative, got " + std::to_string(dataset_size_));
+    detail::fail<InvalidArgumentError>(
+        kOperation, "dataset_size must not be negative, got " + std::to_string(dataset_size_));
   }
   if (num_replicas_ < 1) {
-    detail::fail(kOperation,
-                 "num_replicas must be at least 1, got " + std::to_string(num_replicas_));
+    detail::fail<InvalidArgumentError>(
+        kOperation, "num_replicas must be at least 1, got " + std::to_string(num_replicas_));
   }
   if (rank_ < 0 || rank_ >= num_replicas_) {
-    detail::fail(kOperation, "invalid rank " + std::to_string(rank_) +
-                                 ", rank should be in the interval [0, " +
-                                 std::to_string(num_replicas_ - 1) + "]");
+    detail::fail<InvalidArgumentError>(kOperation, "invalid rank " + std::to_string(rank_) +
+                                                       ", rank should be in the interval [0, " +
+                                                       std::to_string(num_replicas_ - 1) + "]");
   }
   if (options_.drop_last() && dataset_size_ < num_replicas_) {
-    detail::fail(kOperation, "drop_last with " + std::to_string(dataset_size_) + " samples and " +
-                                 std::to_string(num_replicas_) +
-                                 " replicas leaves no sample for any rank; use drop_last(false) "
-                                 "(pads by repetition) or fewer replicas");
+    detail::fail<InvalidArgumentError>(
+        kOperation, "drop_last with " + std::to_string(dataset_size_) + " samples and " +
+                        std::to_string(num_replicas_) +
+                        " replicas leaves no sample for any rank; use drop_last(false) "
+                        "(pads by repetition) or fewer replicas");
   }
   if (options_.drop_last() && dataset_size_ % num_replicas_ != 0) {
     num_samples_ = (dataset_size_ - num_replicas_ + num_replicas_ - 1) / num_replicas_;  // ceil

@@ -4,6 +4,7 @@
 #include "ddp/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -58,12 +59,14 @@ void in_child(const std::function<void()>& body) {
       1, [&](int) { body(); }, std::chrono::seconds(60));
 }
 
-// Throws unless `call` throws a DistributedError whose message contains every one of `parts`.
+// Fails unless `call` throws an Error (DistributedError or a subclass) whose message contains
+// every one of `parts`; an error of another type escapes and fails the process.
+template <typename Error = ddp::DistributedError>
 void expect_error(const std::function<void()>& call, const std::vector<std::string>& parts) {
   try {
     call();
     ADD_FAILURE() << "no DistributedError; expected one mentioning " << parts.front();
-  } catch (const ddp::DistributedError& error) {
+  } catch (const Error& error) {
     std::string message = error.what();
     for (const auto& part : parts) {
       EXPECT_NE(message.find(part), std::string::npos)
@@ -331,8 +334,18 @@ TEST(Checkpoint, MissingFileIsAnErrorNamingThePath) {
   in_child([] {
     const std::string path = ddp::testing::fresh_path("absent.pt");
     auto model = make_model(0);
-    expect_error([&] { ddp::load_checkpoint(path, *model); },
-                 {"ddp::load_checkpoint", path, "cannot open"});
+    expect_error<ddp::InvalidArgumentError>([&] { ddp::load_checkpoint(path, *model); },
+                                            {"ddp::load_checkpoint", path, "cannot open"});
+  });
+}
+
+TEST(Checkpoint, AFolderIsAnInvalidArgumentNamingThePath) {
+  in_child([] {
+    const std::string path = ddp::testing::fresh_path("folder.pt");
+    fs::create_directory(path);
+    auto model = make_model(0);
+    expect_error<ddp::InvalidArgumentError>([&] { ddp::load_checkpoint(path, *model); },
+                                            {"ddp::load_checkpoint", path, "is a directory"});
   });
 }
 
@@ -346,8 +359,18 @@ TEST(Checkpoint, TruncatedAndGarbageFilesAreErrorsNamingThePath) {
     ASSERT_GT(bytes.size(), 100u);
     const std::string half = ddp::testing::fresh_path("half.pt");
     std::ofstream(half, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-    expect_error([&] { ddp::load_checkpoint(half, *model); },
-                 {"ddp::load_checkpoint", half, "not a checkpoint", "truncated"});
+    expect_error<ddp::InvalidArgumentError>(
+        [&] { ddp::load_checkpoint(half, *model); },
+        {"ddp::load_checkpoint", half, "not a checkpoint", "truncated"});
+    // Wherever the cut falls (in the zip's entries, its directory, its last byte), the error is
+    // one of ours naming the file, never a bare libtorch exception.
+    for (size_t keep : {size_t{1}, size_t{10}, size_t{100}, bytes.size() - 100, bytes.size() - 22,
+                        bytes.size() - 1}) {
+      const std::string cut = ddp::testing::fresh_path("cut.pt");
+      std::ofstream(cut, std::ios::binary) << bytes.substr(0, keep);
+      expect_error<ddp::InvalidArgumentError>([&] { ddp::load_checkpoint(cut, *model); },
+                                              {"ddp::load_checkpoint", cut});
+    }
     const std::string garbage = ddp::testing::fresh_path("garbage.pt");
     std::ofstream(garbage, std::ios::binary) << "this is not a checkpoint at all\n";
     expect_error([&] { ddp::load_checkpoint(garbage, *model); },
@@ -415,9 +438,10 @@ TEST(Checkpoint, SaveIntoAMissingFolderFailsOnEveryRankQuicklyAndLeavesNoFile) {
         ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(30)));
         torch::nn::Linear model(4, 2);
         auto start = std::chrono::steady_clock::now();
-        expect_error([&] { ddp::save_checkpoint(path, *model); },
-                     {"[rank " + std::to_string(rank) + "] ddp::save_checkpoint", path,
-                      rank == 0 ? "failed to write" : "rank 0 failed to write", "No such file"});
+        expect_error<ddp::InvalidArgumentError>(
+            [&] { ddp::save_checkpoint(path, *model); },
+            {"[rank " + std::to_string(rank) + "] ddp::save_checkpoint", path,
+             rank == 0 ? "failed to write" : "rank 0 failed to write", "No such file"});
         EXPECT_LT(ddp::testing::elapsed_ms(start), 5000);
         // The ranks are still in step: the group works.
         auto t = torch::ones({2});
@@ -439,5 +463,28 @@ TEST(Checkpoint, AFailedRenameLeavesNoTemporaryFile) {
     expect_error([&] { ddp::save_checkpoint(path, *model); },
                  {"ddp::save_checkpoint", "cannot rename", path});
     EXPECT_EQ(files_in(fs::path(path).parent_path().string()), std::vector<std::string>{"taken"});
+  });
+}
+
+// A save killed mid-write leaves "<path>.tmp.<pid>..." behind: the next save of that path removes
+// it once its writer is gone, and leaves a live writer's alone.
+TEST(Checkpoint, SaveRemovesStaleTemporaryFilesOfDeadWritersOnly) {
+  in_child([] {
+    const std::string path = ddp::testing::fresh_path("ckpt.pt");
+    pid_t dead = ::fork();
+    if (dead == 0) ::_exit(0);
+    ASSERT_GT(dead, 0);
+    ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);  // reaped: no process has this pid now
+    const pid_t alive = ::getppid();               // the test runner, alive throughout
+    const std::string stale = path + ".tmp." + std::to_string(dead) + ".123.0";
+    const std::string live = path + ".tmp." + std::to_string(alive) + ".456.0";
+    const std::string other = path + "x.tmp." + std::to_string(dead) + ".789.0";  // not ours
+    for (const auto& name : {stale, live, other}) std::ofstream(name) << "partial";
+    torch::nn::Linear model(4, 2);
+    ddp::save_checkpoint(path, *model);
+    EXPECT_FALSE(fs::exists(stale));
+    EXPECT_TRUE(fs::exists(live));
+    EXPECT_TRUE(fs::exists(other));
+    EXPECT_TRUE(fs::exists(path));
   });
 }

@@ -520,7 +520,9 @@ TEST(DistributedDataParallel, ModelThatDiffersOnOneRankErrorsAtConstruction) {
     try {
       ddp::DistributedDataParallel model(net);
       ADD_FAILURE() << "expected an error";
-    } catch (const ddp::DistributedError& e) {
+    } catch (const ddp::MismatchError& e) {
+      EXPECT_EQ(e.rank(), rank);
+      EXPECT_EQ(e.operation(), "DistributedDataParallel");
       std::string what = e.what();
       EXPECT_NE(what.find("'1.weight' Float [2, 8]"), std::string::npos) << what;
       EXPECT_NE(what.find("rank 1 has parameter '1.weight' Float [3, 8]"), std::string::npos)
@@ -528,7 +530,7 @@ TEST(DistributedDataParallel, ModelThatDiffersOnOneRankErrorsAtConstruction) {
     }
     torch::nn::Sequential shorter(torch::nn::Linear(4, 8));
     if (rank == 1) shorter->push_back(torch::nn::Linear(8, 2));
-    EXPECT_THROW(ddp::DistributedDataParallel{shorter}, ddp::DistributedError);
+    EXPECT_THROW(ddp::DistributedDataParallel{shorter}, ddp::MismatchError);
     ddp::destroy_process_group();
   });
 }

@@ -1,11 +1,16 @@
 // Failures: every one is a DistributedError that names what happened, within its bound, never a
-// hang. Each test bounds itself twice: a short group timeout and the fixture's process deadline.
+// hang, and whose type says what kind of failure it was (TimeoutError, PeerLostError, ...). Each
+// test bounds itself twice: a short group timeout and the fixture's process deadline.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "ddp/ddp.h"
 #include "support/multiprocess.h"
@@ -19,18 +24,22 @@ namespace {
 
 constexpr auto kShortTimeout = std::chrono::seconds(4);
 
-// Runs `action`, expects a DistributedError containing every one of `parts`.
-template <typename Action>
-void expect_error(Action&& action, std::initializer_list<const char*> parts) {
+// Runs `action`, expects an Error (DistributedError or a subclass) containing every one of
+// `parts`, and returns a copy of it (or of a default one, after recording the failure). An error
+// of another type escapes and fails the rank.
+template <typename Error = ddp::DistributedError, typename Action>
+Error expect_error(Action&& action, std::initializer_list<const char*> parts) {
   try {
     action();
-    ADD_FAILURE() << "expected a DistributedError";
-  } catch (const ddp::DistributedError& e) {
+    ADD_FAILURE() << "expected a " << typeid(Error).name();
+  } catch (const Error& e) {
     for (const char* part : parts) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
           << "missing '" << part << "' in: " << e.what();
     }
+    return e;
   }
+  return Error("none");
 }
 
 }  // namespace
@@ -41,14 +50,18 @@ TEST(Failure, RankThatNeverArrivesIsReportedAfterTheTimeout) {
   auto outcomes = run_ranks(launch, [](int rank) {
     if (rank == 2) return;  // never calls init_process_group
     auto start = std::chrono::steady_clock::now();
-    expect_error([] { ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout)); },
-                 {"only 2 of 3 ranks arrived", "missing group ranks: 2"});
+    auto error = expect_error<ddp::TimeoutError>(
+        [] { ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout)); },
+        {"only 2 of 3 ranks arrived", "missing group ranks: 2"});
+    EXPECT_EQ(error.rank(), rank);
+    EXPECT_EQ(error.operation(), "init_process_group");
     EXPECT_LT(elapsed_ms(start), 15000);
   });
   for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
 }
 
-// Both transports: gloo notices a closed connection, shm a process that is gone.
+// Both transports: gloo notices a closed connection, shm a process that is gone (and knows its
+// rank, also on the rank that only learns it from the other survivor's abort).
 TEST(Failure, PeerThatDiesDuringACollectiveFailsTheSurvivors) {
   for (std::string backend : {"gloo", "shm"}) {
     Launch launch;
@@ -60,11 +73,16 @@ TEST(Failure, PeerThatDiesDuringACollectiveFailsTheSurvivors) {
       ddp::all_reduce(t);
       if (rank == 1) ::raise(SIGKILL);  // dies between two collectives of the others
       auto start = std::chrono::steady_clock::now();
-      expect_error(
+      auto error = expect_error<ddp::PeerLostError>(
           [&] {
             for (int i = 0; i < 50; ++i) ddp::all_reduce(t);
           },
           {"] ddp::all_", "exited"});
+      EXPECT_EQ(error.rank(), rank);
+      EXPECT_EQ(error.operation(), "all_reduce");
+      if (backend == "shm") {
+        EXPECT_EQ(error.lost_rank(), 1) << error.what();
+      }
       EXPECT_LT(elapsed_ms(start), 20000 + 5000);
     });
     EXPECT_EQ(outcomes[0].exit_code, 0) << backend << ": " << outcomes[0].describe();
@@ -85,7 +103,10 @@ TEST(Failure, PeerThatStopsRespondingFailsTheOthersAfterTheTimeout) {
       }
       auto start = std::chrono::steady_clock::now();
       auto t = torch::ones({16});
-      expect_error([&] { ddp::all_reduce(t); }, {"[rank 0] ddp::all_", "InitOptions().timeout"});
+      auto error = expect_error<ddp::TimeoutError>([&] { ddp::all_reduce(t); },
+                                                   {"[rank 0] ddp::all_", "InitOptions().timeout"});
+      EXPECT_EQ(error.rank(), 0);
+      EXPECT_EQ(error.operation(), "all_reduce");
       EXPECT_LT(elapsed_ms(start), 9000);
     });
     EXPECT_EQ(outcomes[0].exit_code, 0) << backend << ": " << outcomes[0].describe();
@@ -104,7 +125,7 @@ TEST(Failure, StorePortAlreadyInUseIsNamed) {
   ::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len);
   const int port = ntohs(addr.sin_port);
   run_ranks_ok(1, [port](int) {
-    expect_error(
+    expect_error<ddp::StoreError>(
         [port] {
           ddp::init_process_group(ddp::InitOptions()
                                       .init_method("tcp://127.0.0.1:" + std::to_string(port))
@@ -129,11 +150,12 @@ TEST(Failure, MonitoredBarrierNamesEveryMissingRank) {
     }
     auto start = std::chrono::steady_clock::now();
     if (rank == 0) {
-      expect_error([] { ddp::monitored_barrier(std::chrono::seconds(2)); },
-                   {"ranks 1, 3 failed to pass monitored_barrier", "2 of 4 ranks missing"});
+      expect_error<ddp::TimeoutError>(
+          [] { ddp::monitored_barrier(std::chrono::seconds(2)); },
+          {"ranks 1, 3 failed to pass monitored_barrier", "2 of 4 ranks missing"});
     } else {
-      expect_error([] { ddp::monitored_barrier(std::chrono::seconds(2)); },
-                   {"rank 0 reports that ranks 1, 3 failed"});
+      expect_error<ddp::TimeoutError>([] { ddp::monitored_barrier(std::chrono::seconds(2)); },
+                                      {"rank 0 reports that ranks 1, 3 failed"});
     }
     EXPECT_LT(elapsed_ms(start), 8000);
     ddp::barrier();
@@ -148,11 +170,13 @@ TEST(Failure, MismatchedTensorSizesAcrossRanksAreAnError) {
     ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout));
     auto t = torch::ones({rank == 0 ? 100 : 60});
     auto start = std::chrono::steady_clock::now();
-    expect_error([&] { ddp::all_reduce(t); },
-                 {"rank 0 calls all_reduce of 100 Float elements, op SUM",
-                  "rank 1 calls all_reduce of 60 Float elements"});
+    auto error = expect_error<ddp::MismatchError>(
+        [&] { ddp::all_reduce(t); }, {"rank 0 calls all_reduce of 100 Float elements, op SUM",
+                                      "rank 1 calls all_reduce of 60 Float elements"});
+    EXPECT_EQ(error.rank(), rank);
+    EXPECT_EQ(error.operation(), "all_reduce");
     // A different collective on each rank is caught the same way, and the group stays usable.
-    expect_error(
+    expect_error<ddp::MismatchError>(
         [&] {
           if (rank == 0) {
             ddp::broadcast(t, 0);
@@ -167,4 +191,127 @@ TEST(Failure, MismatchedTensorSizesAcrossRanksAreAnError) {
     EXPECT_LT(elapsed_ms(start), 10000);
   });
   for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}
+
+TEST(Failure, BadRankInTheEnvironmentIsAnInvalidArgumentNamingTheValue) {
+  run_ranks_ok(1, [](int) {
+    ::setenv("RANK", "-1", 1);
+    auto error = expect_error<ddp::InvalidArgumentError>(
+        [] { ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout)); },
+        {"environment variable RANK must be a rank, 0 or more, got -1"});
+    EXPECT_EQ(error.rank(), -1);
+    EXPECT_EQ(error.operation(), "init_process_group");
+    EXPECT_FALSE(ddp::is_initialized());
+  });
+}
+
+// c10d's FileStore would retry opening the file until the timeout; the missing folder is named
+// at once instead.
+TEST(Failure, RendezvousFileInAMissingFolderFailsAtOnceNamingTheFolder) {
+  const std::string folder = ddp::testing::fresh_path("missing") + "/dir";
+  run_ranks_ok(1, [folder](int) {
+    auto start = std::chrono::steady_clock::now();
+    expect_error<ddp::InvalidArgumentError>(
+        [&] {
+          ddp::init_process_group(ddp::InitOptions()
+                                      .init_method("file://" + folder + "/x")
+                                      .rank(0)
+                                      .world_size(2)
+                                      .timeout(std::chrono::seconds(30)));
+        },
+        {("the folder " + folder + " of the rendezvous file").c_str(), "does not exist"});
+    EXPECT_LT(elapsed_ms(start), 2000);
+  });
+}
+
+// Nobody hosts the store: the error names the timeout the caller gave (not what was left of it
+// at the last attempt), and c10d's client does not log a warning per refused attempt.
+TEST(Failure, UnreachableStoreNamesTheWholeTimeoutWithoutFloodingTheLog) {
+  const std::string log = ddp::testing::fresh_path("stderr");
+  const int port = ddp::testing::free_port();
+  run_ranks_ok(1, [log, port](int) {
+    ASSERT_NE(std::freopen(log.c_str(), "w", stderr), nullptr);
+    auto start = std::chrono::steady_clock::now();
+    auto error = expect_error<ddp::StoreError>(
+        [port] {
+          ddp::init_process_group(ddp::InitOptions()
+                                      .init_method("tcp://127.0.0.1:" + std::to_string(port))
+                                      .rank(1)
+                                      .world_size(2)
+                                      .timeout(std::chrono::seconds(2)));
+        },
+        {"could not reach the store hosted by rank 0", "within 2.0000 s"});
+    EXPECT_EQ(error.rank(), 1);
+    EXPECT_GT(elapsed_ms(start), 1900);
+    EXPECT_LT(elapsed_ms(start), 6000);
+    std::fflush(stderr);
+    std::ifstream in(log);
+    std::stringstream logged;
+    logged << in.rdbuf();
+    EXPECT_EQ(logged.str().find("c10d"), std::string::npos) << logged.str();
+  });
+}
+
+// RANK 0, 1, 1 with WORLD_SIZE=2: the process that claims rank 1 second is refused at once,
+// naming both claimants; the other two make a working job.
+TEST(Failure, TwoProcessesClaimingOneRankAreRefusedNamingBoth) {
+  const std::string refused = ddp::testing::fresh_path("refused");
+  Launch launch;
+  launch.world_size = 3;
+  auto outcomes = run_ranks(launch, [refused](int index) {
+    ::setenv("RANK", index == 2 ? "1" : std::to_string(index).c_str(), 1);
+    ::setenv("WORLD_SIZE", "2", 1);
+    try {
+      ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout));
+    } catch (const ddp::MismatchError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 1 is claimed by two processes: pid " + std::to_string(::getpid()) +
+                          " on "),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find(") and pid "), std::string::npos) << what;
+      EXPECT_EQ(e.rank(), 1);
+      std::ofstream(refused + "." + std::to_string(index)) << what;
+      return;
+    }
+    auto t = torch::ones({4});
+    ddp::all_reduce(t);
+    EXPECT_EQ(t[0].item<float>(), 2.0f);
+    ddp::destroy_process_group();
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+  int refusals = 0;
+  for (int index = 0; index < 3; ++index) {
+    refusals += std::ifstream(refused + "." + std::to_string(index)).good() ? 1 : 0;
+  }
+  EXPECT_EQ(refusals, 1);
+  EXPECT_FALSE(std::ifstream(refused + ".0").good());  // rank 0 is not in dispute
+}
+
+// Whichever rank reaches the store second is refused at once with both world sizes; the other
+// waits for a world that will not come and times out.
+TEST(Failure, RanksDisagreeingOnTheWorldSizeAreRefusedNamingBothSizes) {
+  const std::string refused = ddp::testing::fresh_path("refused");
+  Launch launch;
+  launch.timeout = std::chrono::seconds(30);
+  auto outcomes = run_ranks(launch, [refused](int rank) {
+    ::setenv("WORLD_SIZE", rank == 0 ? "2" : "3", 1);
+    try {
+      ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout));
+      ADD_FAILURE() << "init_process_group succeeded";
+    } catch (const ddp::MismatchError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("the ranks disagree on the world size"), std::string::npos) << what;
+      EXPECT_NE(what.find("has world size 2"), std::string::npos) << what;
+      EXPECT_NE(what.find("has world size 3"), std::string::npos) << what;
+      std::ofstream(refused + "." + std::to_string(rank)) << what;
+    } catch (const ddp::TimeoutError&) {
+    }
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+  int refusals = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    refusals += std::ifstream(refused + "." + std::to_string(rank)).good() ? 1 : 0;
+  }
+  EXPECT_EQ(refusals, 1);
 }

@@ -245,7 +245,7 @@ TEST(InitProcessGroup, UnknownAndUnavailableBackendsAreNamed) {
     try {
       ddp::init_process_group(ddp::InitOptions().backend("mpi"));
       ADD_FAILURE();
-    } catch (const ddp::DistributedError& e) {
+    } catch (const ddp::InvalidArgumentError& e) {
       EXPECT_NE(std::string(e.what()).find("known backends: \"gloo\""), std::string::npos)
           << e.what();
     }

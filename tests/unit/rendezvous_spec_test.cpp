@@ -174,3 +174,37 @@ TEST(RendezvousSpec, WhatTheBackendsNeedIsReadHereWhateverTheInitMethod) {
   EXPECT_EQ(plain.restart_count, 0);
   EXPECT_TRUE(plain.host_id.empty());
 }
+
+// A value that is set but unusable is the caller's error, of its own type, and says what it got:
+// a negative RANK is not "expected, but not set".
+TEST(RendezvousSpec, NegativeOrMalformedRankAndWorldSizeAreInvalidArgumentsNamingTheValue) {
+  struct Case {
+    std::string method;
+    std::map<std::string, std::string> vars;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"tcp://h:1",
+       {{"RANK", "-1"}, {"WORLD_SIZE", "2"}},
+       "environment variable RANK must be a rank, 0 or more, got -1"},
+      {"tcp://h:1",
+       {{"RANK", "0"}, {"WORLD_SIZE", "-2"}},
+       "environment variable WORLD_SIZE must be a world size, 1 or more, got -2"},
+      {"tcp://h:1", {{"RANK", "abc"}, {"WORLD_SIZE", "2"}}, "RANK must be an integer, got 'abc'"},
+      {"tcp://h:1?rank=-3&world_size=4", {}, "rank in the init_method query must be a rank"},
+      {"tcp://h:1",
+       {{"SLURM_PROCID", "-1"}, {"SLURM_NTASKS", "2"}},
+       "environment variable SLURM_PROCID must be a rank, 0 or more, got -1"},
+  };
+  for (const auto& c : cases) {
+    try {
+      parse_rendezvous(c.method, -1, -1, env_of(c.vars));
+      ADD_FAILURE() << c.expected << ": no error";
+    } catch (const ddp::InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expected), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("not set"), std::string::npos) << e.what();
+      EXPECT_EQ(e.rank(), -1);
+      EXPECT_EQ(e.operation(), "init_process_group");
+    }
+  }
+}

@@ -96,12 +96,12 @@ std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>
           missing.push_back(rank);
         }
       }
-      fail(operation, "only " + std::to_string(arrived.size()) + " of " +
-                          std::to_string(group_size) + " ranks arrived within " +
-                          std::to_string(timeout.count()) +
-                          " ms (missing group ranks: " + join_ints(missing) +
-                          "). Start every rank with the same world size, or raise "
-                          "InitOptions().timeout.");
+      fail<TimeoutError>(operation, "only " + std::to_string(arrived.size()) + " of " +
+                                        std::to_string(group_size) + " ranks arrived within " +
+                                        std::to_string(timeout.count()) +
+                                        " ms (missing group ranks: " + join_ints(missing) +
+                                        "). Start every rank with the same world size, or raise "
+                                        "InitOptions().timeout.");
     }
     rethrow_backend_failure(operation, error);
   }

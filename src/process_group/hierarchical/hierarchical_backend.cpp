@@ -105,7 +105,11 @@ void HierarchicalBackend::run_across_hosts(const char* operation, Body&& body) {
     // destroying its gloo group of them: their gloo call fails at once (instead of when this
     // process exits, or at the timeout), and each of them breaks its own host's group in turn.
     broken_ = error.what();
-    if (local_) local_->abort(std::string(operation) + " across hosts: " + error.what());
+    if (local_) {
+      const auto* lost = dynamic_cast<const PeerLostError*>(&error);
+      local_->abort(std::string(operation) + " across hosts: " + error.what(),
+                    failure_kind_of(error), lost ? lost->lost_rank() : -1);
+    }
     if (leaders_) {
       try {
         const std::string reason = error.what();  // names this rank, and the cause

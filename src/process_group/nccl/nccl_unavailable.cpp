@@ -12,7 +12,8 @@ int visible_gpus() { return 0; }
 std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
                                            std::chrono::milliseconds, const std::string& operation,
                                            bool) {
-  fail(operation, "backend 'nccl' is not available: this libtorch was built without CUDA");
+  fail<InvalidArgumentError>(
+      operation, "backend 'nccl' is not available: this libtorch was built without CUDA");
 }
 
 }  // namespace ddp::detail

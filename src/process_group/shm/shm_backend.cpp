@@ -61,8 +61,9 @@ BackendWork ShmBackend::all_reduce(at::Tensor& tensor, RedOp op, Launch launch) 
 
 BackendWork ShmBackend::broadcast(at::Tensor& tensor, int root, Launch launch) {
   if (root < 0 || root >= size_) {
-    fail("broadcast",
-         "root rank " + std::to_string(root) + " is outside the group of " + std::to_string(size_));
+    fail<InvalidArgumentError>(
+        "broadcast",
+        "root rank " + std::to_string(root) + " is outside the group of " + std::to_string(size_));
   }
   return enqueue(c10d::OpType::BROADCAST, launch, [this, tensor, root] {
     if (local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), root);
@@ -74,9 +75,10 @@ BackendWork ShmBackend::all_gather(std::vector<at::Tensor>& outputs, at::Tensor&
   if (static_cast<int>(outputs.size()) != size_ || !all_fit_shm(outputs, input.scalar_type()) ||
       std::any_of(outputs.begin(), outputs.end(),
                   [&](const at::Tensor& out) { return out.numel() != input.numel(); })) {
-    fail("all_gather",
-         "the shm backend takes one dense CPU output per group rank, each of the "
-         "input's size and dtype");
+    fail<InvalidArgumentError>(
+        "all_gather",
+        "the shm backend takes one dense CPU output per group rank, each of the "
+        "input's size and dtype");
   }
   return enqueue(c10d::OpType::ALLGATHER, launch, [this, input, targets = outputs] {
     if (!local_) {
@@ -95,9 +97,10 @@ BackendWork ShmBackend::reduce_scatter(at::Tensor& output, std::vector<at::Tenso
       !all_fit_shm(inputs, output.scalar_type()) ||
       std::any_of(inputs.begin(), inputs.end(),
                   [&](const at::Tensor& in) { return in.numel() != output.numel(); })) {
-    fail("reduce_scatter",
-         "the shm backend takes one dense CPU output and one input per group rank, all of the "
-         "output's size and dtype");
+    fail<InvalidArgumentError>(
+        "reduce_scatter",
+        "the shm backend takes one dense CPU output and one input per group rank, all of the "
+        "output's size and dtype");
   }
   check_reducible(output.scalar_type(), op, "reduce_scatter");
   return enqueue(c10d::OpType::REDUCE_SCATTER, launch, [this, output, sources = inputs, op] {
@@ -126,9 +129,10 @@ BackendWork ShmBackend::all_reduce_lists(std::vector<at::Tensor> inputs,
                  [](const at::Tensor& a, const at::Tensor& b) { return a.numel() == b.numel(); });
   if (inputs.empty() || !all_fit_shm(inputs, inputs[0].scalar_type()) ||
       !all_fit_shm(outputs, inputs[0].scalar_type()) || !shapes_match) {
-    fail("all_reduce",
-         "the shm backend reduces lists of dense CPU inputs of one dtype into outputs of the same "
-         "dtype and element counts");
+    fail<InvalidArgumentError>(
+        "all_reduce",
+        "the shm backend reduces lists of dense CPU inputs of one dtype into outputs of the same "
+        "dtype and element counts");
   }
   const c10::ScalarType dtype = inputs[0].scalar_type();
   check_reducible(dtype, op, "all_reduce");

@@ -58,6 +58,7 @@ ShmCommunicator::ShmCommunicator(c10d::Store& store, const ShmGroupSetup& setup,
     header->chunk_bytes = static_cast<uint32_t>(kChunkBytes);
     header->abort_claimed_by.store(-1);
     header->aborted_by.store(-1);
+    header->abort_lost_rank.store(-1);
     slots_of(header)[0].pid.store(getpid());
     header->mapped.store(1);
     const std::string& name = segment_.name();
@@ -76,10 +77,11 @@ ShmCommunicator::ShmCommunicator(c10d::Store& store, const ShmGroupSetup& setup,
         for (int r = 1; r < local_size; ++r) {
           if (slots_of(header)[r].pid.load() == 0) missing.push_back(setup.global_ranks[r]);
         }
-        fail(operation, "ranks " + join_ints(missing) +
-                            " of this host did not map the shared-memory segment within " +
-                            std::to_string(setup.timeout.count()) +
-                            " ms; did they start, and do they share /dev/shm with this rank?");
+        fail<TimeoutError>(operation,
+                           "ranks " + join_ints(missing) +
+                               " of this host did not map the shared-memory segment within " +
+                               std::to_string(setup.timeout.count()) +
+                               " ms; did they start, and do they share /dev/shm with this rank?");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
@@ -175,7 +177,9 @@ void ShmCommunicator::run_guarded(const char* operation, Body&& body) {
   } catch (const std::exception& error) {
     // Whatever failed here (a dead peer, a timeout, a mismatched call), the peers must not wait
     // for this rank any longer.
-    sync_.abort(std::string(operation) + ": " + error.what());
+    const auto* lost = dynamic_cast<const PeerLostError*>(&error);
+    sync_.abort(std::string(operation) + ": " + error.what(), failure_kind_of(error),
+                lost ? lost->lost_rank() : -1);
     throw;
   }
 }

@@ -80,7 +80,9 @@ class ShmCommunicator {
   void barrier();
 
   /// Marks the group broken (the peers' waits raise) after a failure outside shared memory.
-  void abort(const std::string& reason) { sync_.abort(reason); }
+  void abort(const std::string& reason, ShmFailure kind = ShmFailure::kOther, int lost_rank = -1) {
+    sync_.abort(reason, kind, lost_rank);
+  }
 
  private:
   enum Kind : uint64_t { kAllReduce = 1, kReduceScatter, kBroadcast, kAllGather, kBarrier };

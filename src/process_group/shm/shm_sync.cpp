@@ -101,7 +101,7 @@ void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
     if (arrived_unless_aborted()) return;
     if (!peer_is_present(peer)) {
       if (reached(slot.arrive.load(std::memory_order_seq_cst), target)) return;
-      fail_wait(peer, why_absent(peer), operation);
+      fail_wait(peer, why_absent(peer), operation, ShmFailure::kPeerLost);
     }
     now = Clock::now();
     if (now >= deadline) {
@@ -113,7 +113,7 @@ void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
                     " (it is alive but has not reached this collective: it is slower, stuck, "
                     "or issuing different collectives). Raise InitOptions().timeout if it is "
                     "only slow.",
-                operation);
+                operation, ShmFailure::kTimeout);
     }
     slot.sleepers.fetch_add(1, std::memory_order_seq_cst);
     uint32_t value = slot.arrive.load(std::memory_order_seq_cst);
@@ -144,24 +144,27 @@ void ShmSync::check_call(int peer, uint64_t call, const char* operation) const {
   const auto& theirs = slots_[peer].call[call & 1];
   for (int i = 0; i < 3; ++i) {
     if (mine[i].load(std::memory_order_relaxed) != theirs[i].load(std::memory_order_relaxed)) {
-      fail(operation,
-           "rank " + std::to_string(global_ranks_[peer]) +
-               " issued a different collective, or one on a tensor of another size or dtype, "
-               "at the same point (call kind/dtype/count " +
-               std::to_string(theirs[0].load()) + "/" + std::to_string(theirs[1].load()) + "/" +
-               std::to_string(theirs[2].load()) + " against this rank's " +
-               std::to_string(mine[0].load()) + "/" + std::to_string(mine[1].load()) + "/" +
-               std::to_string(mine[2].load()) +
-               "). Every rank of a group must issue the same collectives in the same order.");
+      fail<MismatchError>(
+          operation,
+          "rank " + std::to_string(global_ranks_[peer]) +
+              " issued a different collective, or one on a tensor of another size or dtype, "
+              "at the same point (call kind/dtype/count " +
+              std::to_string(theirs[0].load()) + "/" + std::to_string(theirs[1].load()) + "/" +
+              std::to_string(theirs[2].load()) + " against this rank's " +
+              std::to_string(mine[0].load()) + "/" + std::to_string(mine[1].load()) + "/" +
+              std::to_string(mine[2].load()) +
+              "). Every rank of a group must issue the same collectives in the same order.");
     }
   }
 }
 
-void ShmSync::abort(const std::string& reason) {
+void ShmSync::abort(const std::string& reason, ShmFailure kind, int lost_rank) {
   int32_t none = -1;
   // Claim, write the reason, then publish: a peer that sees aborted_by also sees the reason.
   if (header_->abort_claimed_by.compare_exchange_strong(none, local_rank_)) {
     std::snprintf(header_->abort_reason, sizeof(header_->abort_reason), "%s", reason.c_str());
+    header_->abort_kind.store(static_cast<int32_t>(kind), std::memory_order_relaxed);
+    header_->abort_lost_rank.store(lost_rank, std::memory_order_relaxed);
     header_->aborted_by.store(local_rank_, std::memory_order_release);
   }
   for (int peer = 0; peer < local_size_; ++peer) futex_wake_all(&slots_[peer].arrive);
@@ -170,10 +173,23 @@ void ShmSync::abort(const std::string& reason) {
 void ShmSync::throw_if_aborted(const char* operation) const {
   int32_t by = header_->aborted_by.load(std::memory_order_acquire);
   if (by < 0) return;
-  fail(operation, "rank " + std::to_string(global_ranks_[by]) +
-                      " failed a collective of this group and aborted it: " +
-                      std::string(header_->abort_reason,
-                                  strnlen(header_->abort_reason, sizeof(header_->abort_reason))));
+  const std::string cause =
+      "rank " + std::to_string(global_ranks_[by]) +
+      " failed a collective of this group and aborted it: " +
+      std::string(header_->abort_reason,
+                  strnlen(header_->abort_reason, sizeof(header_->abort_reason)));
+  // The aborting rank's kind of failure is this rank's too: a peer lost to one is lost to all.
+  switch (static_cast<ShmFailure>(header_->abort_kind.load(std::memory_order_relaxed))) {
+    case ShmFailure::kPeerLost:
+      fail_peer_lost(operation, cause, header_->abort_lost_rank.load(std::memory_order_relaxed));
+    case ShmFailure::kTimeout:
+      fail<TimeoutError>(operation, cause);
+    case ShmFailure::kMismatch:
+      fail<MismatchError>(operation, cause);
+    case ShmFailure::kOther:
+      break;
+  }
+  fail(operation, cause);
 }
 
 void ShmSync::mark_left() {
@@ -199,10 +215,20 @@ std::string ShmSync::why_absent(int peer) const {
          ") exited during the collective; see that rank's output for why";
 }
 
-void ShmSync::fail_wait(int peer, const std::string& cause, const char* operation) {
-  (void)peer;
-  abort("rank " + std::to_string(global_ranks_[local_rank_]) + ": " + cause);
+void ShmSync::fail_wait(int peer, const std::string& cause, const char* operation,
+                        ShmFailure kind) {
+  const int lost = kind == ShmFailure::kPeerLost ? global_ranks_[peer] : -1;
+  abort("rank " + std::to_string(global_ranks_[local_rank_]) + ": " + cause, kind, lost);
+  if (kind == ShmFailure::kPeerLost) fail_peer_lost(operation, cause, lost);
+  if (kind == ShmFailure::kTimeout) fail<TimeoutError>(operation, cause);
   fail(operation, cause);
+}
+
+ShmFailure failure_kind_of(const std::exception& error) {
+  if (dynamic_cast<const PeerLostError*>(&error)) return ShmFailure::kPeerLost;
+  if (dynamic_cast<const TimeoutError*>(&error)) return ShmFailure::kTimeout;
+  if (dynamic_cast<const MismatchError*>(&error)) return ShmFailure::kMismatch;
+  return ShmFailure::kOther;
 }
 
 }  // namespace ddp::detail

@@ -19,12 +19,19 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
 namespace ddp::detail {
 
-constexpr uint64_t kShmMagic = 0x6464702d63707033ULL;  // "ddp-cpp3"
+constexpr uint64_t kShmMagic = 0x6464702d63707034ULL;  // "ddp-cpp4"
+
+// The kind of failure an abort reports, so that every rank raises the same exception type.
+enum class ShmFailure : int32_t { kOther = 0, kPeerLost, kTimeout, kMismatch };
+
+/// The kind of a caught exception (kOther for one that is not a typed DistributedError).
+ShmFailure failure_kind_of(const std::exception& error);
 
 // One rank's control line. `arrive` is a 32-bit word because futexes are.
 struct alignas(64) RankSlot {
@@ -45,6 +52,8 @@ struct ShmHeader {
   // Room for a reason that quotes another: a host that fails because another host did names
   // the first failure, with its rank and cause.
   char abort_reason[1024];
+  std::atomic<int32_t> abort_kind;       // a ShmFailure, written before aborted_by
+  std::atomic<int32_t> abort_lost_rank;  // the global rank a kPeerLost abort lost, else -1
 };
 
 class ShmSync {
@@ -72,14 +81,16 @@ class ShmSync {
   void publish_call(uint64_t call, uint64_t kind, uint64_t dtype, uint64_t count);
   void check_call(int peer, uint64_t call, const char* operation) const;
 
-  /// Marks the group broken for every rank with a reason; the first abort wins.
-  void abort(const std::string& reason);
+  /// Marks the group broken for every rank with a reason; the first abort wins. `lost_rank` is
+  /// the global rank that is gone, for kPeerLost.
+  void abort(const std::string& reason, ShmFailure kind = ShmFailure::kOther, int lost_rank = -1);
   /// Throws if some rank aborted the group.
   void throw_if_aborted(const char* operation) const;
   void mark_left();
 
  private:
-  [[noreturn]] void fail_wait(int peer, const std::string& cause, const char* operation);
+  [[noreturn]] void fail_wait(int peer, const std::string& cause, const char* operation,
+                              ShmFailure kind);
   // False when the peer has left the group or its process is gone.
   bool peer_is_present(int peer) const;
   std::string why_absent(int peer) const;

@@ -1,0 +1,100 @@
+// The error types: what each carries, and how failures of the layers below are classified.
+#include "ddp/errors.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "common/error_context.h"
+
+namespace {
+
+// Throws `error` and runs rethrow_backend_failure in its catch block, as the library does; returns
+// what it throws.
+template <typename Thrown>
+std::exception_ptr classified(const std::string& operation, const Thrown& error) {
+  try {
+    try {
+      throw error;
+    } catch (const std::exception& caught) {
+      ddp::detail::rethrow_backend_failure(operation, caught);
+    }
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+template <typename Error>
+Error as(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a " << typeid(Error).name() << ": " << e.what();
+  }
+  return Error("none");
+}
+
+}  // namespace
+
+TEST(Errors, APlainDistributedErrorStillTakesOnlyAMessage) {
+  ddp::DistributedError error("something failed");
+  EXPECT_STREQ(error.what(), "something failed");
+  EXPECT_EQ(error.rank(), -1);
+  EXPECT_EQ(error.operation(), "");
+  const std::runtime_error& base = error;  // user code catching runtime_error still works
+  EXPECT_STREQ(base.what(), "something failed");
+}
+
+TEST(Errors, EveryKindIsADistributedErrorWithRankAndOperation) {
+  try {
+    ddp::detail::fail<ddp::TimeoutError>("all_reduce between hosts", "slow peer");
+  } catch (const ddp::DistributedError& e) {
+    EXPECT_NE(dynamic_cast<const ddp::TimeoutError*>(&e), nullptr);
+    EXPECT_EQ(e.rank(), -1);  // no process group in this process
+    EXPECT_EQ(e.operation(), "all_reduce");
+    EXPECT_STREQ(e.what(), "[rank ?] ddp::all_reduce between hosts: slow peer");
+  }
+  try {
+    ddp::detail::fail_peer_lost("broadcast", "rank 3 exited", 3, "node7");
+  } catch (const ddp::PeerLostError& e) {
+    EXPECT_EQ(e.lost_rank(), 3);
+    EXPECT_EQ(e.lost_host(), "node7");
+    EXPECT_EQ(e.operation(), "broadcast");
+  }
+  EXPECT_EQ(ddp::detail::user_call("new_group(0, 1)"), "new_group");
+  EXPECT_EQ(ddp::detail::user_call("init_process_group at env://"), "init_process_group");
+}
+
+TEST(Errors, BackendFailuresAreClassifiedOnceWithTheirPeer) {
+  auto lost = as<ddp::PeerLostError>(classified(
+      "all_reduce", std::runtime_error("[../gloo/transport/tcp/pair.cc:598] Connection closed "
+                                       "by peer [10.0.0.2]:51234")));
+  EXPECT_EQ(lost.lost_rank(), -1);  // gloo does not know ranks
+  EXPECT_EQ(lost.lost_host(), "10.0.0.2");
+  EXPECT_EQ(lost.operation(), "all_reduce");
+  as<ddp::TimeoutError>(
+      classified("barrier", std::runtime_error("[gloo] Timed out waiting 4000ms for recv")));
+  as<ddp::InvalidArgumentError>(
+      classified("all_reduce", std::runtime_error("Invalid scalar type")));
+  auto other = classified("all_reduce", std::runtime_error("something new"));
+  auto plain = as<ddp::DistributedError>(other);
+  EXPECT_EQ(typeid(plain), typeid(ddp::DistributedError));
+  EXPECT_NE(std::string(plain.what()).find("something new"), std::string::npos);
+}
+
+// A backend names its own step (the fingerprint's all_gather); the error keeps its type and
+// fields, and reports the user's call.
+TEST(Errors, OurErrorsPassThroughWithTheirTypeForTheUsersCall) {
+  ddp::PeerLostError inner("[rank 0] ddp::all_gather: rank 1 exited", 0, "all_gather", 1, "");
+  auto outer = as<ddp::PeerLostError>(classified("all_reduce", inner));
+  EXPECT_EQ(outer.operation(), "all_reduce");
+  EXPECT_EQ(outer.lost_rank(), 1);
+  EXPECT_EQ(outer.rank(), 0);
+  EXPECT_STREQ(outer.what(), inner.what());
+  ddp::MismatchError mismatch("sizes differ", 1, "all_gather");
+  EXPECT_EQ(as<ddp::MismatchError>(classified("reduce", mismatch)).operation(), "reduce");
+  EXPECT_EQ(as<ddp::MismatchError>(classified("all_gather", mismatch)).operation(), "all_gather");
+}
