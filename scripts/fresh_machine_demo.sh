@@ -60,15 +60,14 @@ chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/u
         printf "%5d.%d  %s\n" $((tenths / 10)) $((tenths % 10)) "$line"
       done' bash "$@" | tee "$root.timeline"
 
-# The parts: packages (until the build starts), the build (until the example prints its first
-# line), then until the first training step is done.
+# The parts: packages (until the build starts), the build (until the example is linked), then the
+# start (rendezvous, data, the first training step).
 awk '
-  / setup: installing/ && !install { install = $1 }
   / setup: building/ && !build { build = $1 }
-  /training on [0-9]+ ranks/ && !started { started = $1 }
+  /Built target fashion_mnist/ { built = $1 }
   /step 1\// && !first { first = $1 }
   END {
-    printf "{\"packages_s\": %.0f, \"build_s\": %.0f, \"start_s\": %.0f, \"first_step_s\": %.0f}\n",
-           build, started - build, first - started, first
+    printf "{\"packages_s\": %.1f, \"build_s\": %.1f, \"start_s\": %.1f, \"first_step_s\": %.1f}\n",
+           build, built - build, first - built, first
   }' "$root.timeline"
 rm -f "$root.timeline"
