@@ -183,8 +183,9 @@ ddp::ExtraState history_to_extra(const fashion_mnist::TrainingHistory& history) 
     const int64_t count = static_cast<int64_t>(rows.size()) / fields;
     return torch::tensor(rows, torch::kDouble).view({count, fields});
   };
-  return {{"history_epochs", tensor_of(history.epoch_rows(), 5)},
-          {"history_losses", tensor_of(history.loss_rows(), 3)}};
+  using History = fashion_mnist::TrainingHistory;
+  return {{"history_epochs", tensor_of(history.epoch_rows(), History::kEpochFields)},
+          {"history_losses", tensor_of(history.loss_rows(), History::kLossFields)}};
 }
 
 fashion_mnist::TrainingHistory history_from(const ddp::ExtraState& extra) {

@@ -12,7 +12,8 @@
 namespace fashion_mnist {
 namespace {
 
-constexpr size_t kEpochFields = 5, kLossFields = 3;
+constexpr size_t kEpochFields = TrainingHistory::kEpochFields;
+constexpr size_t kLossFields = TrainingHistory::kLossFields;
 
 // Writes through a temporary file and a rename: a run killed while writing leaves the previous
 // file whole, never half of a new one.

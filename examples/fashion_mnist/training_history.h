@@ -27,7 +27,10 @@ struct TrainingHistory {
   std::vector<EpochMetrics> epochs;
   std::vector<LossPoint> losses;
 
-  // Flat rows of doubles (5 per epoch, 3 per loss point), the form kept in checkpoints.
+  // Flat rows of doubles, kEpochFields per epoch and kLossFields per loss point: the form kept
+  // in checkpoints.
+  static constexpr int kEpochFields = 5;
+  static constexpr int kLossFields = 3;
   std::vector<double> epoch_rows() const;
   std::vector<double> loss_rows() const;
   static TrainingHistory from_rows(const std::vector<double>& epoch_rows,

@@ -31,12 +31,19 @@ cd "$work"
 
 train=(--data "$work/data" --epochs 2 --batch-size 16 --log-every 100)
 
+# Runs `ddprun ... PROGRAM ARGS` as host HOST of the two, 2 ranks, host 0 the rendezvous.
+ddprun_on() {
+  local host=$1
+  shift
+  timeout 180 "$bed" exec "$host" "$ddprun" --nnodes 2 --node-rank "$host" \
+    --master-addr 198.18.0.1 --master-port 29500 --nproc-per-node 2 "$@"
+}
+
 # Runs `ddprun ... PROGRAM ARGS` on both hosts at once; fails if either fails.
 on_two_hosts() {
   local i pids=()
   for i in 1 0; do
-    timeout 180 "$bed" exec $i "$ddprun" --nnodes 2 --node-rank $i --master-addr 198.18.0.1 \
-      --master-port 29500 --nproc-per-node 2 "$@" > "host$i.log" 2>&1 &
+    ddprun_on $i "$@" > "host$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${pids[@]}"; do wait "$i" || { cat host0.log host1.log; return 1; }; done
@@ -73,14 +80,11 @@ if grep '"wrong": [1-9]' host0.log; then exit 1; fi
 timeout_s=10
 lose_host1() {
   local how=$1 lost_at ended
-  timeout 180 "$bed" exec 1 "$ddprun" --nnodes 2 --node-rank 1 --master-addr 198.18.0.1 \
-    --master-port 29500 --nproc-per-node 2 "$example" "${train[@]}" --epochs 100000 \
-    --checkpoint '' --timeout $timeout_s > "lost-$how-host1.log" 2>&1 &
+  local run=("$example" "${train[@]}" --epochs 100000 --checkpoint '' --timeout $timeout_s)
+  ddprun_on 1 "${run[@]}" > "lost-$how-host1.log" 2>&1 &
   local host1=$!
   set +e
-  timeout 180 "$bed" exec 0 "$ddprun" --nnodes 2 --node-rank 0 --master-addr 198.18.0.1 \
-    --master-port 29500 --nproc-per-node 2 "$example" "${train[@]}" --epochs 100000 \
-    --checkpoint '' --timeout $timeout_s 2>&1 | tee "lost-$how-host0.log" | {
+  ddprun_on 0 "${run[@]}" 2>&1 | tee "lost-$how-host0.log" | {
       grep -q -m 1 "step 1/" || exit 1
       date +%s.%N > lost_at
       if [ "$how" = kill ]; then
