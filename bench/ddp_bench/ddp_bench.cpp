@@ -5,7 +5,7 @@
 //
 //   ddprun --nproc-per-node 2 build/bench/ddp_bench --model mlp|cnn|resnet|transformer
 //       [--steps 30] [--warmup 5] [--batch B] [--bucket-cap-mb 25] [--threads 1]
-//       [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]
+//       [--comm-hook allreduce|fp16|bf16|fp16-hosts|bf16-hosts|none] [--backend auto|shm|gloo]
 //       [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view] [--zero-grad none|zero]
 //       [--device cpu|cuda]
 //
@@ -70,9 +70,22 @@ struct Args {
 constexpr const char* kUsage =
     "usage: ddp_bench [--model mlp|cnn|resnet|transformer] [--steps N] [--warmup N]\n"
     "                 [--batch B (0 = model default)] [--bucket-cap-mb MB] [--threads N]\n"
-    "                 [--comm-hook allreduce|fp16|bf16|none] [--backend auto|shm|gloo]\n"
+    "                 [--comm-hook allreduce|fp16|bf16|fp16-hosts|bf16-hosts|none]\n"
+    "                 [--backend auto|shm|gloo]\n"
     "                 [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view]\n"
     "                 [--zero-grad none|zero] [--device cpu|cuda]\n";
+
+// The hooks --comm-hook names.
+ddp::CommHook make_hook(const std::string& name) {
+  if (name == "allreduce") return ddp::comm_hooks::allreduce();
+  if (name == "fp16") return ddp::comm_hooks::fp16_compress();
+  if (name == "bf16") return ddp::comm_hooks::bf16_compress();
+  if (name == "fp16-hosts") return ddp::comm_hooks::fp16_compress_between_hosts();
+  if (name == "bf16-hosts") return ddp::comm_hooks::bf16_compress_between_hosts();
+  return nullptr;
+}
+
+bool hook_named(const std::string& name) { return make_hook(name) != nullptr; }
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -134,9 +147,9 @@ Args parse_args(int argc, char** argv) {
     throw std::invalid_argument(
         "--steps and --threads must be >= 1, --warmup and --batch >= 0, "
         "--bucket-cap-mb > 0");
-  if (a.comm_hook != "none" && a.comm_hook != "allreduce" && a.comm_hook != "fp16" &&
-      a.comm_hook != "bf16")
-    throw std::invalid_argument("--comm-hook must be allreduce, fp16, bf16 or none");
+  if (a.comm_hook != "none" && !hook_named(a.comm_hook))
+    throw std::invalid_argument(
+        "--comm-hook must be allreduce, fp16, bf16, fp16-hosts, bf16-hosts or none");
   if (a.zero_grad != "none" && a.zero_grad != "zero")
     throw std::invalid_argument("--zero-grad must be none (set_to_none) or zero");
   if (a.no_ddp + a.lockstep + a.paired > 1)
@@ -211,11 +224,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-ddp::CommHook make_hook(const std::string& name) {
-  if (name == "allreduce") return ddp::comm_hooks::allreduce();
-  if (name == "fp16") return ddp::comm_hooks::fp16_compress();
-  return ddp::comm_hooks::bf16_compress();
-}
 
 int run(const Args& a) {
   torch::set_num_threads(a.threads);

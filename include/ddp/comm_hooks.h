@@ -58,5 +58,14 @@ CommHook fp16_compress();
 /// locally in float32, in rank order (identical on every rank), and rounded once.
 CommHook bf16_compress();
 
+/// Compression only where it pays, on a group that spans hosts: gradients are averaged in full
+/// precision inside each host (shared memory), and only what crosses the network between hosts
+/// travels as bfloat16 (each host's average rounded once). On one host nothing is compressed;
+/// on a group without shared memory (gloo, NCCL) every rank's bytes cross a link, so the whole
+/// bucket is compressed, as bf16_compress() does.
+CommHook bf16_compress_between_hosts();
+/// The same with float16 (the hosts' parts added up by gloo in float16).
+CommHook fp16_compress_between_hosts();
+
 }  // namespace comm_hooks
 }  // namespace ddp

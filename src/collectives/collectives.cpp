@@ -76,6 +76,23 @@ bool reduces_natively(const ProcessGroup& group, const at::Tensor& like) {
   return backend != nullptr && backend->reduces(like.scalar_type());
 }
 
+bool narrows_only_between_hosts(const ProcessGroup& group, const at::Tensor& like) {
+  auto state = group.state();
+  return state->is_member() &&
+         state->backend_for(Collective::kAllReduceNarrowBetweenHosts, like) != nullptr;
+}
+
+Work average_narrow_between_hosts_async(at::Tensor& tensor, c10::ScalarType wire,
+                                        const ProcessGroup& group) {
+  CollectiveCall call("all_reduce", Collective::kAllReduceNarrowBetweenHosts, group);
+  Backend& backend = call.backend(tensor);
+  const int64_t size = call.group().size();
+  auto work = launch(call, [&] {
+    return backend.all_reduce_narrow_between_hosts(tensor, wire, size, Launch::kAsync);
+  });
+  return make_work(call, work, nullptr);
+}
+
 Work premul_sum_async(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
                       double factor, const ProcessGroup& group) {
   CollectiveCall call("all_reduce", Collective::kAllReduceLists, group);

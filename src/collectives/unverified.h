@@ -28,6 +28,13 @@ bool reduces_lists_in_place(const ProcessGroup& group, const at::Tensor& like);
 /// Only where reduces_lists_in_place(group, inputs[0]): outputs[i] becomes the sum over ranks of
 /// inputs[i] times `factor` (each product rounded first, summed in rank order), the lists reduced
 /// as one run of elements; outputs[i] may be inputs[i]. Inputs are only read, while the op runs.
+/// True when a backend of the group averages tensors like `like` in full precision inside each
+/// host and narrower only between hosts (hierarchical, and shm, where nothing crosses a network).
+bool narrows_only_between_hosts(const ProcessGroup& group, const at::Tensor& like);
+/// Only where narrows_only_between_hosts(group, tensor): tensor becomes the average over the
+/// group, its bytes crossing between hosts as `wire` (Backend::all_reduce_narrow_between_hosts).
+Work average_narrow_between_hosts_async(at::Tensor& tensor, c10::ScalarType wire,
+                                        const ProcessGroup& group);
 Work premul_sum_async(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
                       double factor, const ProcessGroup& group);
 

@@ -39,4 +39,9 @@ BackendWork Backend::all_reduce_lists(std::vector<at::Tensor>, std::vector<at::T
   not_taken("all_reduce_lists");
 }
 
+BackendWork Backend::all_reduce_narrow_between_hosts(at::Tensor&, c10::ScalarType, int64_t,
+                                                     Launch) {
+  not_taken("all_reduce_narrow_between_hosts");
+}
+
 }  // namespace ddp::detail

@@ -52,6 +52,7 @@ enum class Collective : uint8_t {
   kScatter,
   kSendRecv,
   kAllReduceLists,  // lists reduced where they are, PREMUL_SUM with a factor (DDP's buckets)
+  kAllReduceNarrowBetweenHosts,  // an average whose bytes between hosts travel narrower
 };
 
 class Backend {
@@ -99,6 +100,13 @@ class Backend {
   virtual BackendWork all_reduce_lists(std::vector<at::Tensor> inputs,
                                        std::vector<at::Tensor> outputs, RedOp op, double factor,
                                        Launch launch);
+  /// tensor (floating point) becomes the average over ranks, computed as: each host sums its
+  /// ranks' tensors in full precision and divides by `divisor`; that is rounded to `wire`
+  /// (float16 or bfloat16) to cross to the other hosts; the hosts' parts are added up in the
+  /// tensor's dtype, in host order, identically on every rank. Only what crosses a network is
+  /// narrowed: on one host it is the plain sum divided by `divisor`.
+  virtual BackendWork all_reduce_narrow_between_hosts(at::Tensor& tensor, c10::ScalarType wire,
+                                                      int64_t divisor, Launch launch);
 
   /// torch.distributed's handshake after a group is made: rank 0 publishes the collective
   /// sequence number through the store, and Python ranks of the job wait for it.

@@ -10,6 +10,7 @@ bool C10dBackend::takes(Collective collective, const at::Tensor& like) const {
       if (!traits_.reduce_scatters) return false;
       break;
     case Collective::kAllReduceLists:
+    case Collective::kAllReduceNarrowBetweenHosts:
       return false;
     default:
       break;

@@ -46,4 +46,21 @@ CommHook bf16_compress() {
   };
 }
 
+namespace {
+
+CommHook compress_between_hosts(c10::ScalarType wire, CommHook everywhere) {
+  return [wire, everywhere](const ProcessGroup& group, GradBucket& bucket) {
+    if (!detail::narrows_only_between_hosts(group, bucket.buffer())) return everywhere(group, bucket);
+    return detail::average_narrow_between_hosts_async(bucket.buffer(), wire, group);
+  };
+}
+
+}  // namespace
+
+CommHook bf16_compress_between_hosts() {
+  return compress_between_hosts(at::kBFloat16, bf16_compress());
+}
+
+CommHook fp16_compress_between_hosts() { return compress_between_hosts(at::kHalf, fp16_compress()); }
+
 }  // namespace ddp::comm_hooks

@@ -642,6 +642,81 @@ TEST(DistributedDataParallel, Bf16HookReducesInSharedMemoryAndSumsTheSameAsOverG
   });
 }
 
+namespace {
+
+// Rank r's bucket in the between-hosts tests.
+torch::Tensor bucket_of(int rank, int64_t numel) {
+  torch::manual_seed(rank);
+  return torch::randn({numel});
+}
+
+}  // namespace
+
+TEST(DistributedDataParallel, CompressionBetweenHostsRoundsOnlyEachHostsAverage) {
+  // Four ranks posing as two hosts, interleaved: host "a" is ranks 0 and 2 (its leader, rank 0,
+  // comes first), host "b" ranks 1 and 3. Each host's average is exact inside the host and
+  // rounded once, to cross between the hosts.
+  run_ranks_ok(4, [](int rank) {
+    ::setenv("DDP_CPP_HOST_ID", rank % 2 == 0 ? "a" : "b", 1);
+    ddp::init_process_group();
+    ASSERT_EQ(ddp::get_backend(), "hierarchical");
+    auto gloo = ddp::new_group({0, 1, 2, 3}, "gloo");
+    auto host_a = ddp::new_group({0, 2});  // one host: shared memory
+    for (auto wire : {torch::kBFloat16, torch::kHalf}) {
+      auto hook = wire == torch::kBFloat16 ? ddp::comm_hooks::bf16_compress_between_hosts()
+                                           : ddp::comm_hooks::fp16_compress_between_hosts();
+      for (int64_t numel : {int64_t(1000), int64_t(300000)}) {
+        std::vector<torch::Tensor> x;
+        for (int r = 0; r < 4; ++r) x.push_back(bucket_of(r, numel));
+        auto crossing = [&](const torch::Tensor& a, const torch::Tensor& b) {
+          return ((a + b) / 4).to(wire).to(torch::kFloat);
+        };
+        torch::Tensor expected = torch::zeros({numel}) + crossing(x[0], x[2]) + crossing(x[1], x[3]);
+        // gloo adds float16 itself: the two hosts' parts are summed in float16.
+        if (wire == torch::kHalf) expected = expected.to(wire).to(torch::kFloat);
+        ddp::GradBucket bucket(0, 1, x[rank].clone(), {});
+        hook(ddp::ProcessGroup(), bucket).wait();
+        EXPECT_TRUE(torch::equal(bucket.buffer(), expected)) << c10::toString(wire) << " x" << numel;
+        // Rounding every rank's part, as the hooks that compress everything do, gives other bits.
+        torch::Tensor every_rank_rounded = torch::zeros({numel});
+        for (int r = 0; r < 4; ++r) every_rank_rounded += (x[r] / 4).to(wire).to(torch::kFloat);
+        EXPECT_FALSE(torch::equal(bucket.buffer(), every_rank_rounded));
+
+        // Where every rank's bytes cross a network (flat gloo), everything is compressed.
+        ddp::GradBucket on_gloo(0, 1, x[rank].clone(), {});
+        ddp::GradBucket compressed(0, 1, x[rank].clone(), {});
+        hook(gloo, on_gloo).wait();
+        auto everywhere = wire == torch::kBFloat16 ? ddp::comm_hooks::bf16_compress()
+                                                   : ddp::comm_hooks::fp16_compress();
+        everywhere(gloo, compressed).wait();
+        EXPECT_TRUE(torch::equal(on_gloo.buffer(), compressed.buffer()));
+
+        // On one host nothing crosses a network: the plain average, to the bit.
+        if (rank % 2 == 0) {
+          ddp::GradBucket local(0, 1, x[rank].clone(), {});
+          hook(host_a, local).wait();
+          EXPECT_TRUE(torch::equal(local.buffer(), (x[0] + x[2]) / 2));
+        }
+      }
+    }
+    ddp::destroy_process_group();
+  });
+}
+
+TEST(DistributedDataParallel, CompressionBetweenHostsTrainsWithinTolerance) {
+  run_ranks_ok(4, [](int rank) {
+    ::setenv("DDP_CPP_HOST_ID", rank < 2 ? "a" : "b", 1);
+    ddp::init_process_group();
+    ASSERT_EQ(ddp::get_backend(), "hierarchical");
+    auto options = ddp::DDPOptions().bucket_cap_mb(0.01);
+    expect_equivalent_to_one_process(false, 4, rank, options,
+                                     ddp::comm_hooks::fp16_compress_between_hosts(), 5e-3);
+    expect_equivalent_to_one_process(true, 4, rank, options,
+                                     ddp::comm_hooks::bf16_compress_between_hosts(), 3e-2);
+    ddp::destroy_process_group();
+  });
+}
+
 TEST(DistributedDataParallel, RegisterCommHookTwiceOrAfterBackwardIsAnError) {
   run_ranks_ok(1, [](int) {
     ddp::init_process_group();

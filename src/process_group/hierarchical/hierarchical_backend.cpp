@@ -1,5 +1,7 @@
 #include "process_group/hierarchical/hierarchical_backend.h"
 
+#include <ATen/ATen.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "common/error_context.h"
@@ -41,8 +43,15 @@ HierarchicalBackend::~HierarchicalBackend() {
 }
 
 bool HierarchicalBackend::takes(Collective collective, const at::Tensor& like) const {
-  return (collective == Collective::kAllReduce || collective == Collective::kBroadcast) &&
-         fits_shm(like);
+  switch (collective) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+      return fits_shm(like);
+    case Collective::kAllReduceNarrowBetweenHosts:
+      return fits_shm(like) && at::isFloatingType(like.scalar_type());
+    default:
+      return false;
+  }
 }
 
 BackendWork HierarchicalBackend::all_reduce(at::Tensor& tensor, RedOp op, Launch launch) {
@@ -73,6 +82,50 @@ void HierarchicalBackend::all_reduce_now(const at::Tensor& tensor, RedOp op) {
     }
     if (local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0, operation);
   });
+}
+
+BackendWork HierarchicalBackend::all_reduce_narrow_between_hosts(at::Tensor& tensor,
+                                                                c10::ScalarType wire,
+                                                                int64_t divisor, Launch launch) {
+  if (wire != c10::kHalf && wire != c10::kBFloat16) {
+    fail<InvalidArgumentError>("all_reduce", std::string("cannot narrow to ") +
+                                                 c10::toString(wire) +
+                                                 " between hosts (float16 or bfloat16 can)");
+  }
+  return queue_->submit(
+      rank_, c10d::OpType::ALLREDUCE,
+      [this, tensor, wire, divisor] { all_reduce_narrow_now(tensor, wire, divisor); }, launch);
+}
+
+void HierarchicalBackend::all_reduce_narrow_now(at::Tensor tensor, c10::ScalarType wire,
+                                                int64_t divisor) {
+  const char* operation = "all_reduce";
+  run_across_hosts(operation, [&] {
+    if (local_) {
+      local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(),
+                         c10d::ReduceOp::SUM, operation);
+    }
+    if (leaders_) add_up_across_leaders(tensor, tensor.div(divisor).to(wire), operation);
+    if (local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0, operation);
+  });
+}
+
+void HierarchicalBackend::add_up_across_leaders(at::Tensor& tensor, at::Tensor narrow,
+                                                const char* operation) {
+  if (leaders_->reduces(narrow.scalar_type())) {
+    wait_for_leaders(operation, leaders_->all_reduce(narrow, c10d::ReduceOp::SUM,
+                                                     Launch::kWaitNow));
+    tensor.copy_(narrow);
+    return;
+  }
+  // gloo cannot add bfloat16: gather every host's bytes and add them up here, in host order,
+  // so that every leader computes the same sum, rounded only where it is written.
+  at::Tensor bytes = narrow.view(at::kByte);
+  std::vector<at::Tensor> parts;
+  for (int host = 0; host < topology_.hosts(); ++host) parts.push_back(at::empty_like(bytes));
+  wait_for_leaders(operation, leaders_->all_gather(parts, bytes, Launch::kWaitNow));
+  tensor.zero_();
+  for (const at::Tensor& part : parts) tensor.add_(part.view(narrow.scalar_type()));
 }
 
 void HierarchicalBackend::broadcast_now(const at::Tensor& tensor, int root) {

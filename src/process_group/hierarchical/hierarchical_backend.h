@@ -52,11 +52,19 @@ class HierarchicalBackend : public Backend {
 
   BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch) override;
   BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) override;
+  /// Full precision inside each host; the leaders exchange their host's average narrowed to
+  /// `wire` (float16 through gloo's own sum; bfloat16, which gloo cannot add, gathered and
+  /// added here).
+  BackendWork all_reduce_narrow_between_hosts(at::Tensor& tensor, c10::ScalarType wire,
+                                              int64_t divisor, Launch launch) override;
 
  private:
   // Run on the op queue.
   void all_reduce_now(const at::Tensor& tensor, RedOp op);
   void broadcast_now(const at::Tensor& tensor, int root);
+  void all_reduce_narrow_now(at::Tensor tensor, c10::ScalarType wire, int64_t divisor);
+  // On a leader: `narrow` summed over the hosts, in host order, into `tensor`.
+  void add_up_across_leaders(at::Tensor& tensor, at::Tensor narrow, const char* operation);
   // The first failure breaks the group on every host at once.
   template <typename Body>
   void run_across_hosts(const char* operation, Body&& body);

@@ -43,6 +43,8 @@ bool ShmBackend::takes(Collective collective, const at::Tensor& like) const {
     case Collective::kReduceScatter:
     case Collective::kAllReduceLists:
       return fits_shm(like);
+    case Collective::kAllReduceNarrowBetweenHosts:
+      return fits_shm(like) && c10::isFloatingType(like.scalar_type());
     default:
       return false;
   }
@@ -156,6 +158,17 @@ BackendWork ShmBackend::all_reduce_lists(std::vector<at::Tensor> inputs,
         }
         local_->all_reduce(input, output, dtype, op, factor);
       });
+}
+
+BackendWork ShmBackend::all_reduce_narrow_between_hosts(at::Tensor& tensor, c10::ScalarType,
+                                                        int64_t divisor, Launch launch) {
+  return enqueue(c10d::OpType::ALLREDUCE, launch, [this, tensor, divisor]() mutable {
+    if (local_) {
+      local_->all_reduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type(),
+                         c10d::ReduceOp::SUM);
+    }
+    tensor.div_(divisor);
+  });
 }
 
 }  // namespace ddp::detail

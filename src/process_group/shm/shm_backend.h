@@ -44,6 +44,9 @@ class ShmBackend : public Backend {
                              Launch launch) override;
   BackendWork all_reduce_lists(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
                                RedOp op, double factor, Launch launch) override;
+  /// One host: nothing crosses a network, so nothing is narrowed.
+  BackendWork all_reduce_narrow_between_hosts(at::Tensor& tensor, c10::ScalarType wire,
+                                              int64_t divisor, Launch launch) override;
 
  private:
   BackendWork enqueue(c10d::OpType type, Launch launch, std::function<void()> body);
