@@ -5,6 +5,7 @@
 #
 #   tests/multihost/hosts.sh up N RATE      # e.g. up 2 1gbit: hosts 0..N-1, 198.18.0.1 ... .N
 #   tests/multihost/hosts.sh exec I CMD...  # runs CMD on host I (hostname ddp-host-I)
+#   tests/multihost/hosts.sh link I down|up # unplugs (plugs back) host I's cable at the switch
 #   tests/multihost/hosts.sh down           # removes everything `up` made
 #   tests/multihost/hosts.sh check          # exit 0 where namespaces can be made (root, ip, tc)
 #
@@ -81,10 +82,19 @@ run_on() {
     "ddp-host-$i" "$@"
 }
 
+# The switch's port of host I goes down (or up): host I keeps its address and routes, as when a
+# cable or a switch port fails, and its packets are lost until the port is up again.
+link() {
+  local i=$1 state=$2
+  [ "$state" = up ] || [ "$state" = down ] || { echo "hosts.sh: link I up|down" >&2; exit 2; }
+  ip -n "$hub" link set "tbs$i" "$state"
+}
+
 case "${1:-}" in
   up) up "${2:?N}" "${3:?RATE, e.g. 1gbit}" ;;
+  link) link "${2:?I}" "${3:?up or down}" ;;
   down) down ;;
   exec) shift; run_on "$@" ;;
   check) check ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -8,7 +8,10 @@
 #     bit-identical to 4 ranks on one host that say they are on two (DDP_CPP_HOST_ID), which
 #     the other tests check against one process.
 # And allreduce_bench checks every element of hierarchical all_reduces across the link. Then a
-# host is lost in the middle of training, its ranks killed or its link set down: the other
+# rank of host 1 is killed under --max-restarts 1 on both hosts: both restart together, resume
+# from the last checkpoint and end bit-identical to the uninterrupted run; host 1's cable is
+# pulled for 3 s, less than the timeout: training goes on and ends as if nothing happened. Then a
+# host is lost in the middle of training, its ranks killed or its cable pulled for good: the other
 # host's ranks raise and its ddprun exits within the group timeout + 10 s.
 # Skips (exit 77) where namespaces cannot be made (not root, no veth or tbf).
 # Usage: two_hosts_test.sh DDPRUN FASHION_MNIST ALLREDUCE_BENCH
@@ -72,6 +75,77 @@ for backend in gloo auto; do
   compare "one-$backend.pt" "two-$backend.pt"
 done
 
+# The pid of the worker of rank RANK whose command line names CHECKPOINT (any host: the hosts
+# share this machine's pid namespace).
+worker_pid() {
+  local pid
+  for pid in $(pgrep -f -- "--checkpoint $1"); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=$2"; then
+      echo "$pid"
+      return
+    fi
+  done
+}
+
+# Runs the 2x2 training of the bit-identity check above on both hosts (ddprun options first,
+# then `--`, then the example's extra options) while `disturb` reads host 0's output; both
+# ddpruns must succeed and the result must equal the uninterrupted run's, to the bit.
+disturbed_run() {
+  local name=$1 disturb=$2 options=() status
+  shift 2
+  while [ "$1" != -- ]; do options+=("$1"); shift; done
+  shift
+  local run=("$example" "${train[@]}" --backend auto --checkpoint "$work/$name.pt" "$@")
+  ddprun_on 1 "${options[@]}" "${run[@]}" > "$name-host1.log" 2>&1 &
+  local host1=$!
+  set +e
+  ddprun_on 0 "${options[@]}" "${run[@]}" 2>&1 | tee "$name-host0.log" | "$disturb"
+  local statuses=("${PIPESTATUS[@]}")
+  wait $host1
+  status=$?
+  set -e
+  if [ "${statuses[0]}" != 0 ] || [ "${statuses[2]}" != 0 ] || [ $status != 0 ]; then
+    echo "$name: host 0's ddprun exited ${statuses[0]}, host 1's $status, the disturbance" \
+      "${statuses[2]}"
+    cat "$name-host0.log" "$name-host1.log"
+    exit 1
+  fi
+  compare two-auto.pt "$name.pt"
+}
+
+# A rank of host 1 is killed early in the second epoch, under --max-restarts 1 on both hosts: host 1's
+# ddprun restarts its group, host 0's ranks fail (their peer is gone) and its ddprun restarts
+# too; the new attempt meets again at the rendezvous and resumes from the last checkpoint.
+kill_rank3() {
+  # Once the first epoch's checkpoint is written and reported: the whole second epoch is left
+  # (steps take milliseconds here, the kill is seen a few later).
+  grep -q -m 1 "epoch 1: train loss" || { echo "never saw the end of epoch 1" >&2; exit 1; }
+  local pid
+  pid=$(worker_pid "$work/restart.pt" 3)
+  [ -n "$pid" ] || { echo "rank 3 not found" >&2; exit 1; }
+  kill -KILL "$pid"
+  cat > /dev/null
+}
+disturbed_run restart kill_rank3 --max-restarts 1 --
+for host in 0 1; do
+  grep -q "restarting (attempt 1 of 1)" "restart-host$host.log" ||
+    { echo "host $host did not restart:"; cat "restart-host$host.log"; exit 1; }
+done
+grep -q "resumed from .* after epoch 1" restart-host0.log ||
+  { echo "the restart did not resume from the checkpoint:"; cat restart-host0.log; exit 1; }
+
+# Host 1's cable is pulled for 3 s in the first epoch, less than the group timeout: TCP
+# retransmits what was lost once the link is back, the collectives in flight finish late, and
+# training goes on, unchanged.
+flap_link() {
+  grep -q -m 1 "epoch 1/2 step 2/" || { echo "never saw epoch 1 step 2" >&2; exit 1; }
+  "$bed" link 1 down
+  sleep 3  # the outage itself
+  "$bed" link 1 up
+  cat > /dev/null
+}
+disturbed_run flap flap_link -- --timeout 30
+
 on_two_hosts "$allreduce_bench" --backend auto --verify --min-bytes 4K --max-bytes 4M --iters 3
 grep -q '"backend": "hierarchical"' host0.log || { cat host0.log; exit 1; }
 if grep '"wrong": [1-9]' host0.log; then exit 1; fi
@@ -91,7 +165,7 @@ lose_host1() {
         # ddprun of host 1 and, through their parent-death signal, its workers.
         pkill -KILL -f -- "--node-rank 1 --master-addr 198.18.0.1"
       else
-        ip -n "$DDP_TESTBED-host1" link set eth0 down
+        "$bed" link 1 down
       fi
       cat > /dev/null
     }
