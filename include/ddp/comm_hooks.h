@@ -35,6 +35,9 @@ class GradBucket {
   at::Tensor& buffer() { return buffer_; }
   /// The parameters whose gradients the buffer holds, in buffer order.
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  /// Views of the buffer, one per parameter and shaped like it, in buffer order (PyTorch's
+  /// bucket.gradients()): writing to them writes the buffer.
+  std::vector<at::Tensor> gradients() const;
 
  private:
   size_t index_;
