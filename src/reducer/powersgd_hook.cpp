@@ -150,9 +150,10 @@ Work compress_and_reduce(const std::shared_ptr<PowerSGDState>& state, const Proc
   }
 
   Split parts_of = split(bucket, options);
-  at::Tensor uncompressed = parts_of.uncompressed.empty()
-                                ? at::empty({0}, input.options())
-                                : at::cat(at::TensorList(parts_of.uncompressed));
+  std::vector<at::Tensor> flat_uncompressed;
+  for (const auto& view : parts_of.uncompressed) flat_uncompressed.push_back(view.view(-1));
+  at::Tensor uncompressed =
+      flat_uncompressed.empty() ? at::empty({0}, input.options()) : at::cat(flat_uncompressed);
 
   const bool fresh = !options.warm_start() || !state->p_memories.count(index);
   at::Tensor p_memory, q_memory;
