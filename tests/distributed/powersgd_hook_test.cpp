@@ -212,7 +212,43 @@ std::vector<bool> steps_equal_to_plain_ddp(int64_t start, int steps) {
   return equal;
 }
 
+// The gradients of `steps` steps of a small model under PowerSGD (compressing from step 2).
+std::vector<torch::Tensor> powersgd_gradients(int steps) {
+  torch::manual_seed(0);
+  Net net(32);
+  ddp::DistributedDataParallel model(net);
+  model.register_comm_hook(ddp::comm_hooks::powerSGD(
+      ddp::PowerSGDOptions().matrix_approximation_rank(2).start_powerSGD_iter(2)));
+  std::vector<torch::Tensor> gradients;
+  for (int step = 0; step < steps; ++step) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(100 * ddp::get_rank() + step);
+    auto x = torch::randn({kBatch, 2, 6, 6}, generator);
+    auto y = torch::randn({kBatch, 4}, generator);
+    net->zero_grad();
+    (model(x) - y).pow(2).mean().backward();
+    gradients.push_back(flat_grads(net));
+  }
+  return gradients;
+}
+
 }  // namespace
+
+// The second all-reduce starts inside DDP's wait for the buckets: on the shared-memory backend
+// too, where the ranks of one host meet by default. Two ranks sum the same two numbers on any
+// backend, so the gradients must be equal.
+TEST(PowerSGDHook, OnSharedMemoryItGivesTheGradientsItGivesOnGloo) {
+  run_ranks_ok(2, [](int) {
+    ddp::init_process_group(ddp::InitOptions().backend("gloo").timeout(std::chrono::seconds(30)));
+    const auto on_gloo = powersgd_gradients(5);
+    ddp::destroy_process_group();
+    ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(std::chrono::seconds(30)));
+    const auto on_shm = powersgd_gradients(5);
+    ddp::destroy_process_group();
+    for (size_t step = 0; step < on_gloo.size(); ++step) {
+      EXPECT_TRUE(torch::equal(on_gloo[step], on_shm[step])) << "step " << step;
+    }
+  });
+}
 
 // PyTorch's hook divides each gradient by the world size and sums, DDP multiplies by its inverse
 // and sums: with two ranks both are exact, so the gradients must be bit-equal until compression
