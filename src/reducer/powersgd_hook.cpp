@@ -36,6 +36,7 @@ struct PowerSGDState {
   const PowerSGDOptions options;
   detail::NumpyRandomState rng;
   int64_t iteration = 0;  // counted at the last bucket, as PyTorch's state.iter
+  bool checked_kernels = false;
   // By bucket index.
   std::unordered_map<size_t, at::Tensor> errors;      // use_error_feedback
   std::unordered_map<size_t, at::Tensor> p_memories;  // warm_start
@@ -248,6 +249,22 @@ void check_options(const PowerSGDOptions& options) {
 
 }  // namespace
 
+// Floating-point buckets whose dtype this libtorch cannot multiply on their device (float16 on
+// the CPU in 1.13) are refused at the first compressed bucket, naming the dtype, rather than
+// failing deep inside a matrix product.
+void check_matrix_product(const at::Tensor& buffer) {
+  const at::Tensor one = at::ones({1, 1, 1}, buffer.options());
+  try {
+    at::bmm(one, one);
+  } catch (const c10::Error&) {
+    detail::fail<InvalidArgumentError>(
+        kOperation, std::string("this libtorch has no ") + c10::toString(buffer.scalar_type()) +
+                        " matrix product on " + buffer.device().str() +
+                        ", which PowerSGD needs. Train in float32 there, or use "
+                        "comm_hooks::fp16_compress() to halve the bytes instead.");
+  }
+}
+
 CommHook powerSGD(PowerSGDOptions options) {
   check_options(options);
   auto state = std::make_shared<PowerSGDState>(options);
@@ -262,6 +279,10 @@ CommHook powerSGD(PowerSGDOptions options) {
     }
     const bool compress = state->iteration >= state->options.start_powerSGD_iter();
     if (bucket.is_last()) ++state->iteration;
+    if (compress && !state->checked_kernels) {
+      check_matrix_product(bucket.buffer());
+      state->checked_kernels = true;
+    }
     return compress ? compress_and_reduce(state, group, bucket) : average(bucket.buffer(), group);
   };
 }
