@@ -14,6 +14,7 @@
 #include <ddp/ddp.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +46,9 @@ struct Options {
   std::string device = "auto";
   std::string backend = "auto";
   double timeout = 1800;  // seconds: the group's bound on the rendezvous and every collective
+  std::string comm_hook = "none";
+  int64_t powersgd_rank = 4;
+  int64_t powersgd_start = -1;  // -1: a tenth of the run's steps
 };
 
 const char* kUsage =
@@ -53,7 +57,8 @@ const char* kUsage =
     "                     [--metrics FILE.csv] [--loss-csv FILE.csv] [--log-every N]\n"
     "                     [--plot FILE.svg] [--threads N]\n"
     "                     [--device auto|cpu|cuda] [--backend auto|shm|gloo|nccl]\n"
-    "                     [--timeout SECONDS]\n"
+    "                     [--timeout SECONDS] [--comm-hook none|fp16|bf16|powersgd]\n"
+    "                     [--powersgd-rank R] [--powersgd-start-iter N]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
@@ -65,7 +70,11 @@ const char* kUsage =
     "restarted (--max-restarts) resumes by itself. --device auto (the default) trains on\n"
     "cuda:LOCAL_RANK where this rank has a GPU of its own, else on the CPU. --backend auto\n"
     "(the default) is shm on one host, the hierarchy across hosts, NCCL for CUDA tensors.\n"
-    "--timeout 1800 bounds the rendezvous and every collective (a lost peer is seen sooner).\n";
+    "--timeout 1800 bounds the rendezvous and every collective (a lost peer is seen sooner).\n"
+    "--comm-hook none (the default: DDP averages) | fp16 | bf16 (compressed all-reduce) |\n"
+    "powersgd (PyTorch's PowerSGD: --powersgd-rank 4, plain averaging for the first\n"
+    "--powersgd-start-iter steps, by default a tenth of the run's; its state is not in the\n"
+    "checkpoint, so a resumed run starts it again).\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -110,6 +119,12 @@ Options parse(int argc, char** argv) {
       o.backend = value();
     } else if (arg == "--device") {
       o.device = value();
+    } else if (arg == "--comm-hook") {
+      o.comm_hook = value();
+    } else if (arg == "--powersgd-rank") {
+      o.powersgd_rank = std::stoll(value());
+    } else if (arg == "--powersgd-start-iter") {
+      o.powersgd_start = std::stoll(value());
     } else {
       throw std::runtime_error("unknown argument '" + arg + "'\n" + kUsage);
     }
@@ -120,6 +135,11 @@ Options parse(int argc, char** argv) {
   if (o.resume && o.checkpoint.empty()) throw std::runtime_error("--resume needs --checkpoint");
   if (o.log_every < 1) throw std::runtime_error("--log-every must be at least 1");
   if (!(o.timeout > 0)) throw std::runtime_error("--timeout must be a positive number of seconds");
+  if (o.comm_hook != "none" && o.comm_hook != "fp16" && o.comm_hook != "bf16" &&
+      o.comm_hook != "powersgd") {
+    throw std::runtime_error("--comm-hook must be none, fp16, bf16 or powersgd, got '" +
+                             o.comm_hook + "'");
+  }
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
     throw std::runtime_error("--device must be auto, cpu or cuda, got '" + o.device + "'");
   }
@@ -206,6 +226,24 @@ void write_outputs(const Options& o, const fashion_mnist::TrainingHistory& histo
   fashion_mnist::write_plot(o.plot, history);
 }
 
+// --comm-hook. PowerSGD starts after a tenth of the run by default, PyTorch's advice for
+// start_powerSGD_iter: the first steps, when gradients change fastest, are averaged exactly.
+template <typename Model>
+void register_comm_hook(Model& model, const Options& o, int64_t total_steps) {
+  if (o.comm_hook == "fp16") model.register_comm_hook(ddp::comm_hooks::fp16_compress());
+  if (o.comm_hook == "bf16") model.register_comm_hook(ddp::comm_hooks::bf16_compress());
+  if (o.comm_hook != "powersgd") return;
+  const int64_t start =
+      o.powersgd_start >= 0 ? o.powersgd_start : std::max<int64_t>(2, total_steps / 10);
+  model.register_comm_hook(ddp::comm_hooks::powerSGD(ddp::PowerSGDOptions()
+                                                         .matrix_approximation_rank(o.powersgd_rank)
+                                                         .start_powerSGD_iter(start)));
+  if (ddp::get_rank() == 0) {
+    std::printf("comm hook: PowerSGD, rank %lld, from step %lld\n",
+                static_cast<long long>(o.powersgd_rank), static_cast<long long>(start));
+  }
+}
+
 int run(const Options& o) {
   const torch::Device device = pick_device(o.device);
   ddp::init_process_group(ddp::InitOptions().backend(o.backend).timeout(
@@ -254,6 +292,7 @@ int run(const Options& o) {
   ddp::DistributedDataParallel model(net, ddp::DDPOptions().device_ids({device}));
   ddp::DistributedSampler sampler(train.images.size(0), ddp::SamplerOptions().seed(o.seed));
   const int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
+  register_comm_hook(model, o, int64_t(o.epochs) * steps);
   if (rank == 0) {
     std::printf("training on %d ranks (%s): %d epochs of %d steps, %d images per step\n", world,
                 device.str().c_str(), o.epochs, steps, o.batch_size * world);

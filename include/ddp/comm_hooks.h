@@ -6,7 +6,11 @@
 // pre-divide the gradients: averaging is the hook's job (as in PyTorch). Hooks run on the autograd
 // thread during backward, bucket by bucket in the same order on every rank, and must start the
 // same collectives on every rank. Work::then chains a step after a collective (decompression, an
-// optimizer step), so compression, PowerSGD or a fused optimizer can be written as hooks.
+// optimizer step), so compression, PowerSGD or a fused optimizer can be written as hooks. DDP
+// runs those continuations when it waits for the buckets at the end of backward: after every
+// bucket's hook was called, bucket by bucket, on one thread. So a continuation may start (and
+// wait for) further collectives: every rank starts them in the same order (PowerSGD's second
+// all-reduce does so; comm_hooks::powerSGD is in ddp/powersgd_hook.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -35,6 +39,9 @@ class GradBucket {
   at::Tensor& buffer() { return buffer_; }
   /// The parameters whose gradients the buffer holds, in buffer order.
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  /// Views of the buffer, one per parameter and shaped like it, in buffer order (PyTorch's
+  /// bucket.gradients()): writing to them writes the buffer.
+  std::vector<at::Tensor> gradients() const;
 
  private:
   size_t index_;

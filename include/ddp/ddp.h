@@ -10,4 +10,5 @@
 #include "ddp/distributed_sampler.h"
 #include "ddp/errors.h"
 #include "ddp/init.h"
+#include "ddp/powersgd_hook.h"
 #include "ddp/process_group.h"

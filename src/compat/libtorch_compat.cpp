@@ -1,5 +1,6 @@
 #include "compat/libtorch_compat.h"
 
+#include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
 #include <sstream>
@@ -84,6 +85,14 @@ const torch::optim::OptimizerParamState* optimizer_state_of(
 void set_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                          std::unique_ptr<torch::optim::OptimizerParamState> state) {
   optimizer.state()[key_of(param)] = std::move(state);
+}
+
+at::Tensor norm_along(const at::Tensor& x, int64_t dim) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::linalg_vector_norm(x, 2, {dim}, /*keepdim=*/true);
+#else
+  return at::frobenius_norm(x, {dim}, /*keepdim=*/true);
+#endif
 }
 
 }  // namespace ddp::compat

@@ -16,6 +16,9 @@
 //   TORCH_DIST_INIT_BARRIER=1 (2.x): new_group_parent_store, group_store, device_backend_store,
 //   creation_barrier. ddp-cpp follows the libtorch it is built against, so
 //   that Python ranks of the same PyTorch can share its jobs.
+// - torch.norm(x, dim=d, keepdim=True) is frobenius_norm in 1.13's Python and
+//   linalg.vector_norm in 2.x's: norm_along computes it as the Python of the same libtorch does, so
+//   that PowerSGD's orthogonalization gives PyTorch's bits.
 // Differences that one spelling covers in both need no entry here: c10::NoGradGuard (at::'s
 // alias is not reachable in every 2.x), std::to_string, <cstdint>'s INT32_MIN.
 #pragma once
@@ -87,5 +90,8 @@ const torch::optim::OptimizerParamState* optimizer_state_of(
 /// Replaces the optimizer's state for `param`.
 void set_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                          std::unique_ptr<torch::optim::OptimizerParamState> state);
+
+/// torch.norm(x, dim=dim, keepdim=True) with the same kernel as PyTorch's Python of this libtorch.
+at::Tensor norm_along(const at::Tensor& x, int64_t dim);
 
 }  // namespace ddp::compat
