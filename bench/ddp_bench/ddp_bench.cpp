@@ -5,7 +5,8 @@
 //
 //   ddprun --nproc-per-node 2 build/bench/ddp_bench --model mlp|cnn|resnet|transformer
 //       [--steps 30] [--warmup 5] [--batch B] [--bucket-cap-mb 25] [--threads 1]
-//       [--comm-hook allreduce|fp16|bf16|fp16-hosts|bf16-hosts|none] [--backend auto|shm|gloo]
+//       [--comm-hook allreduce|fp16|bf16|fp16-hosts|bf16-hosts|powersgd|none]
+//       [--powersgd-rank 4] [--powersgd-start-iter N (default: --warmup)] [--backend auto|shm|gloo]
 //       [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view] [--zero-grad none|zero]
 //       [--device cpu|cuda]
 //
@@ -63,6 +64,8 @@ struct Args {
   std::string zero_grad = "none";        // "none": set_to_none, as the peer; "zero": zero_()
   int threads = 1;
   std::string comm_hook = "none";
+  int64_t powersgd_rank = 4;
+  int64_t powersgd_start_iter = -1;  // -1: --warmup, so that every measured step compresses
   std::string backend = "auto";  // the library's default
   std::string device = "cpu";    // "cuda": cuda:LOCAL_RANK, DDP with device_ids (NCCL by "auto")
 };
@@ -70,13 +73,21 @@ struct Args {
 constexpr const char* kUsage =
     "usage: ddp_bench [--model mlp|cnn|resnet|transformer] [--steps N] [--warmup N]\n"
     "                 [--batch B (0 = model default)] [--bucket-cap-mb MB] [--threads N]\n"
-    "                 [--comm-hook allreduce|fp16|bf16|fp16-hosts|bf16-hosts|none]\n"
+    "                 [--comm-hook allreduce|fp16|bf16|fp16-hosts|bf16-hosts|powersgd|none]\n"
+    "                 [--powersgd-rank R] [--powersgd-start-iter N]\n"
     "                 [--backend auto|shm|gloo]\n"
     "                 [--no-ddp | --lockstep | --paired] [--gradient-as-bucket-view]\n"
     "                 [--zero-grad none|zero] [--device cpu|cuda]\n";
 
-// The hooks --comm-hook names.
-ddp::CommHook make_hook(const std::string& name) {
+// The hooks --comm-hook names (PowerSGD with --powersgd-rank, compressing from step
+// `powersgd_start_iter`: at least 2, as the hook requires with error feedback).
+ddp::CommHook make_hook(const std::string& name, int64_t powersgd_rank = 4,
+                        int64_t powersgd_start_iter = 2) {
+  if (name == "powersgd") {
+    return ddp::comm_hooks::powerSGD(ddp::PowerSGDOptions()
+                                         .matrix_approximation_rank(powersgd_rank)
+                                         .start_powerSGD_iter(std::max<int64_t>(2, powersgd_start_iter)));
+  }
   if (name == "allreduce") return ddp::comm_hooks::allreduce();
   if (name == "fp16") return ddp::comm_hooks::fp16_compress();
   if (name == "bf16") return ddp::comm_hooks::bf16_compress();
@@ -122,6 +133,10 @@ Args parse_args(int argc, char** argv) {
       a.threads = std::stoi(value());
     } else if (flag == "--comm-hook") {
       a.comm_hook = value();
+    } else if (flag == "--powersgd-rank") {
+      a.powersgd_rank = std::stoll(value());
+    } else if (flag == "--powersgd-start-iter") {
+      a.powersgd_start_iter = std::stoll(value());
     } else if (flag == "--backend") {
       a.backend = value();
     } else if (flag == "--no-ddp") {
@@ -149,7 +164,7 @@ Args parse_args(int argc, char** argv) {
         "--bucket-cap-mb > 0");
   if (a.comm_hook != "none" && !hook_named(a.comm_hook))
     throw std::invalid_argument(
-        "--comm-hook must be allreduce, fp16, bf16, fp16-hosts, bf16-hosts or none");
+        "--comm-hook must be allreduce, fp16, bf16, fp16-hosts, bf16-hosts, powersgd or none");
   if (a.zero_grad != "none" && a.zero_grad != "zero")
     throw std::invalid_argument("--zero-grad must be none (set_to_none) or zero");
   if (a.no_ddp + a.lockstep + a.paired > 1)
@@ -270,7 +285,11 @@ int run(const Args& a) {
                        .bucket_cap_mb(a.bucket_cap_mb)
                        .gradient_as_bucket_view(a.gradient_as_bucket_view)
                        .device_ids({device}));
-    if (a.comm_hook != "none") ddp_net->register_comm_hook(make_hook(a.comm_hook));
+    if (a.comm_hook != "none") {
+      ddp_net->register_comm_hook(make_hook(
+          a.comm_hook, a.powersgd_rank,
+          a.powersgd_start_iter >= 0 ? a.powersgd_start_iter : a.warmup));
+    }
   }
   auto wrapped = [&](const torch::Tensor& in) { return (*ddp_net)(in); };
   auto token = torch::zeros({1}, torch::TensorOptions().device(device));

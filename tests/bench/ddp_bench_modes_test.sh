@@ -37,6 +37,13 @@ timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}"
   --zero-grad zero > "$work/zeroed" 2>&1 || fail "ddp, zeroed grads: exited $?" "$work/zeroed"
 expect_line zeroed "\"mode\": \"ddp\", .*\"zero_grad\": \"zero\", $cpu" "$work/zeroed"
 
+# Every comm hook it names trains and is named in the line (PowerSGD compressing from step 2).
+for hook in allreduce fp16 bf16 fp16-hosts bf16-hosts powersgd; do
+  timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" --steps 4 \
+    --comm-hook $hook --powersgd-start-iter 2 > "$work/hook" 2>&1 || fail "ddp, $hook: exited $?" "$work/hook"
+  expect_line "$hook" "\"mode\": \"ddp\", .*\"comm_hook\": \"$hook\", $cpu" "$work/hook"
+done
+
 timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$bench" "${few_steps[@]}" --lockstep \
   > "$work/lockstep" 2>&1 || fail "lockstep mode exited $?" "$work/lockstep"
 expect_line lockstep \
@@ -69,4 +76,6 @@ expect_error "--paired takes no value" --paired=yes
 expect_error "--zero-grad must be none (set_to_none) or zero" --zero-grad keep
 expect_error "--comm-hook and --gradient-as-bucket-view are DDP's" --no-ddp --comm-hook fp16
 expect_error "--device must be cpu or cuda" --device gpu
+expect_error "--comm-hook must be allreduce, fp16, bf16, fp16-hosts, bf16-hosts, powersgd or none" \
+  --comm-hook topk
 echo PASS
