@@ -89,6 +89,9 @@ void Reducer::initialize_buckets(const std::vector<std::vector<size_t>>& assignm
   for (const auto& indices : assignment) {
     Bucket bucket;
     bucket.parameters = indices;
+    bucket.pending = indices.size();
+    bucket.routes.assign(indices.size(), Route::kBucket);
+    bucket.grads.assign(indices.size(), at::Tensor());
     for (size_t position = 0; position < indices.size(); ++position) {
       slots_[indices[position]] = {buckets_.size(), position};
     }
@@ -145,6 +148,7 @@ size_t Reducer::bucket_bytes() const {
 }
 
 void Reducer::rebuild_buckets() {
+  c10::NoGradGuard no_grad;
   // Every rank must use the same buckets: rank 0's observed order decides.
   auto order = at::empty({static_cast<int64_t>(parameters_.size())}, at::kLong);
   for (size_t i = 0; i < ready_order_.size(); ++i) {
@@ -155,8 +159,25 @@ void Reducer::rebuild_buckets() {
   for (int64_t i = 0; i < order.numel(); ++i) {
     rank0_order.push_back(static_cast<size_t>(order[i].item<int64_t>()));
   }
+  std::vector<Bucket> staged = std::move(buckets_);
+  const std::vector<Slot> staged_slots = slots_;
   initialize_buckets(assign_buckets(specs_of(parameters_), rank0_order,
                                     {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
+  // Backward staged every gradient in the buckets of construction: each moves to its new slot,
+  // with its route (gradient_as_bucket_view's .grad already points into the new buffer).
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const Bucket& from = staged[staged_slots[i].bucket];
+    const size_t from_position = staged_slots[i].position;
+    Bucket& to = buckets_[slots_[i].bucket];
+    const size_t to_position = slots_[i].position;
+    to.routes[to_position] = from.routes[from_position];
+    to.grads[to_position] = from.grads[from_position];
+    if (to.routes[to_position] != Route::kBucket) continue;
+    if (!to.buffer.defined()) allocate(to);
+    to.views[to_position].copy_(from.views[from_position]);
+  }
+  for (auto& bucket : buckets_) bucket.pending = 0;
+  next_bucket_ = 0;
   has_rebuilt_ = true;
 }
 
@@ -165,6 +186,10 @@ void Reducer::reset_iteration() {
   hooks_fired_ = false;
   finalized_ = false;
   ready_.assign(parameters_.size(), false);
+  unready_ = parameters_.size();
+  // PyTorch's rule for rebuilding: not while the set of used parameters may change.
+  recording_ = !has_rebuilt_ && (options_.static_graph || !options_.find_unused_parameters);
+  ready_order_.clear();
   next_bucket_ = 0;
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.parameters.size();
@@ -202,11 +227,6 @@ void Reducer::prepare_for_forward() {
              "loss. Construct DDP with DDPOptions().find_unused_parameters(true), or make every "
              "output take part in the loss.");
   }
-  if (finalized_ && !has_rebuilt_ && ready_order_.size() == parameters_.size() &&
-      (options_.static_graph || !options_.find_unused_parameters)) {
-    rebuild_buckets();
-  }
-  ready_order_.clear();  // recorded again until a complete iteration allows the rebuild
   reset_iteration();
 }
 
@@ -295,7 +315,6 @@ void Reducer::autograd_hook(size_t index) {
     hooks_fired_ = true;
     for (size_t unused : unused_) mark_ready(unused, /*got_gradient=*/false);
   }
-  if (!has_rebuilt_ && ready_order_.size() < parameters_.size()) ready_order_.push_back(index);
   mark_ready(index, /*got_gradient=*/true);
 }
 
@@ -312,7 +331,24 @@ void Reducer::mark_ready(size_t index, bool got_gradient) {
   ready_[index] = true;
   stage_gradient(index, got_gradient);
   Bucket& bucket = buckets_[slots_[index].bucket];
-  if (--bucket.pending == 0) launch_ready_buckets();
+  --bucket.pending;
+  --unready_;
+  auto& engine = torch::autograd::Engine::get_default_engine();
+  if (recording_) {
+    ready_order_.push_back(index);
+    if (unready_ == 0) engine.queue_callback([this] { reduce_in_recorded_order(); });
+  } else if (bucket.pending == 0 && launch_ready_buckets()) {
+    engine.queue_callback([this] { finalize_backward(); });
+  }
+}
+
+void Reducer::reduce_in_recorded_order() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rebuild_buckets();
+    launch_ready_buckets();  // all of them: every gradient is staged
+  }
+  finalize_backward();
 }
 
 bool Reducer::reduces_in_place(const Bucket& bucket) const {
@@ -371,7 +407,7 @@ void Reducer::hand_average_to_grad(size_t index, const at::Tensor& grad_at_hook)
   }
 }
 
-void Reducer::launch_ready_buckets() {
+bool Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
     if (reduces_in_place(bucket)) {
@@ -398,12 +434,12 @@ void Reducer::launch_ready_buckets() {
     }
     ++next_bucket_;
   }
-  if (next_bucket_ < buckets_.size()) return;
+  if (next_bucket_ < buckets_.size()) return false;
   if (options_.find_unused_parameters) {
     global_used_ = local_used_.clone();
     used_work_ = all_reduce_async(global_used_, ReduceOp::SUM, group_, /*verify=*/false);
   }
-  torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+  return true;
 }
 
 void Reducer::finalize_backward() {

@@ -16,8 +16,15 @@
 // once backward returns, like every other.
 // On CUDA, buckets live on the gradients' device and the backend's work (NCCL) is ordered with
 // the stream that reads the averages when the reducer waits for it, without a host sync.
-// After the first iteration the buckets are rebuilt once, in the order gradients actually became
-// ready (rank 0's order, broadcast), so that the first bucket fills first.
+// The buckets are built once from the order in which gradients actually become ready (rank 0's
+// order, broadcast), so that the first bucket fills first. That order is recorded during the
+// first synchronized backward, which therefore reduces only once backward has ended, already in
+// the rebuilt buckets: no reduction ever uses the buckets of construction (a reverse-registration
+// guess). A bucket's layout decides the order in which gloo's ring sums each element at 3 ranks
+// and more; were the first step reduced in other buckets than the later ones, a run resumed from
+// a checkpoint (a fresh DDP) would round differently from the uninterrupted run at that step.
+// The price is one backward without overlap. With find_unused_parameters (and no static_graph)
+// the set of ready parameters may change, so the buckets of construction stay, as in PyTorch.
 //
 // Thread-safety: the hooks run on the autograd thread; prepare_* run on the training thread,
 // never concurrently with a backward of the same model. A mutex guards the per-iteration state.
@@ -52,8 +59,7 @@ class Reducer {
   Reducer& operator=(const Reducer&) = delete;
 
   /// Before a forward that will be followed by a synchronized backward: fails if the previous
-  /// backward left reductions unfinished (parameters that got no gradient), rebuilds the buckets
-  /// after the first iteration.
+  /// backward left reductions unfinished (parameters that got no gradient).
   void prepare_for_forward();
   /// After such a forward: arms the hooks and, with find_unused_parameters, finds the parameters
   /// that the outputs do not reach.
@@ -94,6 +100,7 @@ class Reducer {
   void allocate(Bucket& bucket);
   // After backward: frees the buffers that no gradient of this iteration went through.
   void release_unused_buffers();
+  // Builds the buckets from rank 0's recorded order and moves the staged gradients into them.
   void rebuild_buckets();
   void reset_iteration();
   std::vector<size_t> find_unused(const std::vector<at::Tensor>& outputs) const;
@@ -107,7 +114,10 @@ class Reducer {
   void prepare_average_of(size_t index, const at::Tensor& grad);
   // kReadGrad, after backward: averaged_[index] becomes .grad, or is copied into it.
   void hand_average_to_grad(size_t index, const at::Tensor& grad_at_hook);
-  void launch_ready_buckets();
+  // Starts the reductions of the complete buckets, in bucket order; true once all have started.
+  bool launch_ready_buckets();
+  // The recording backward's end: rebuilds the buckets, reduces them all, finalizes.
+  void reduce_in_recorded_order();
   void finalize_backward();
   std::string parameter_list(const std::vector<size_t>& indices) const;
 
@@ -134,13 +144,15 @@ class Reducer {
   bool hooks_fired_ = false;  // a hook ran in this backward
   bool finalized_ = false;    // finalize_backward ran for this backward
   std::vector<bool> ready_;
+  size_t unready_ = 0;      // parameters not yet marked ready in this backward
+  bool recording_ = false;  // this backward records the ready order; it reduces once it ends
   size_t next_bucket_ = 0;
   std::vector<size_t> unused_;        // locally unused this iteration (find_unused)
   bool static_unused_known_ = false;  // static_graph: unused_ was found once, in iteration 1
   at::Tensor local_used_;             // int32 per parameter: got a gradient (find_unused)
   Work used_work_;
   at::Tensor global_used_;
-  std::vector<size_t> ready_order_;       // first synchronized iteration's order, for the rebuild
+  std::vector<size_t> ready_order_;       // the recording backward's order, for the rebuild
   std::vector<GradBefore> grads_before_;  // each .grad at prepare_for_backward (lists only)
   // Per parameter, for kReadGrad: the tensor its average is written into, which then replaces
   // the .grad that backward made. It stays .grad until zero_grad drops it, and is written again

@@ -122,6 +122,114 @@ TEST(DistributedDataParallel, CnnWithGradientAsBucketViewEqualsOneProcess) {
   }
 }
 
+namespace {
+
+// An MLP whose layers are registered in the opposite order of their use: backward makes its
+// gradients ready in registration order, not in the reverse order DDP's first buckets assume, so
+// the buckets rebuilt after the first backward differ from those of construction.
+struct BackwardsMlpImpl : torch::nn::Module {
+  BackwardsMlpImpl() {
+    torch::manual_seed(0);
+    last = register_module("last", torch::nn::Linear(64, 5));
+    middle = register_module("middle", torch::nn::Linear(64, 64));
+    first = register_module("first", torch::nn::Linear(20, 64));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    return last->forward(torch::relu(middle->forward(torch::relu(first->forward(x)))));
+  }
+  torch::nn::Linear last{nullptr}, middle{nullptr}, first{nullptr};
+};
+TORCH_MODULE(BackwardsMlp);
+
+}  // namespace
+
+TEST(DistributedDataParallel, ResumedTrainingIsBitIdenticalToUninterruptedAtThreeRanks) {
+  // A run restarted from a checkpoint constructs a fresh DDP. gloo's ring at 3 ranks sums an
+  // element in an order set by where it lies in its bucket ((a+b)+c or a+(b+c)), so the fresh
+  // DDP's first reduction must use the layout that the uninterrupted run uses at that step: the
+  // one built from the gradients' ready order, never the reverse-registration guess. (At 2 ranks
+  // a sum is exact whatever the layout, and shm sums in rank order: both must stay exact too.)
+  for (std::string backend : {"gloo", "shm"}) {
+    run_ranks_ok(3, [backend](int rank) {
+      ddp::init_process_group(ddp::InitOptions().backend(backend));
+      const ddp::DDPOptions variants[] = {
+          ddp::DDPOptions(), ddp::DDPOptions().bucket_cap_mb(0.01).first_bucket_cap_mb(0.005),
+          ddp::DDPOptions().gradient_as_bucket_view(true), ddp::DDPOptions().static_graph(true),
+          ddp::DDPOptions().static_graph(true).find_unused_parameters(true)};
+      constexpr int kResumeAt = 2;
+      for (const auto& options : variants) {
+        auto train = [&](BackwardsMlp& net, int from, int to) {
+          ddp::DistributedDataParallel model(net, options);
+          torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05));
+          for (int step = from; step < to; ++step) {
+            auto [x, y] = global_batch(false, 3, step);
+            optimizer.zero_grad();
+            torch::nn::functional::cross_entropy(model(rank_slice(x, rank)), rank_slice(y, rank))
+                .backward();
+            optimizer.step();
+          }
+        };
+        BackwardsMlp uninterrupted;
+        train(uninterrupted, 0, kSteps);
+        BackwardsMlp first;
+        train(first, 0, kResumeAt);
+        BackwardsMlp resumed;  // the restarted process: a new model loads the checkpoint
+        {
+          torch::NoGradGuard no_grad;
+          auto from = first->parameters();
+          auto to = resumed->parameters();
+          for (size_t i = 0; i < to.size(); ++i) to[i].copy_(from[i]);
+        }
+        train(resumed, kResumeAt, kSteps);
+        auto expected = flat_parameters(*uninterrupted);
+        auto got = flat_parameters(*resumed);
+        EXPECT_TRUE(torch::equal(got, expected))
+            << backend << ", bucket_cap_mb " << options.bucket_cap_mb()
+            << ", gradient_as_bucket_view " << options.gradient_as_bucket_view()
+            << ", static_graph " << options.static_graph() << ", find_unused_parameters "
+            << options.find_unused_parameters() << ": max difference "
+            << (got - expected).abs().max().item<double>();
+      }
+      ddp::destroy_process_group();
+    });
+  }
+}
+
+TEST(DistributedDataParallel, EveryBackwardReducesInTheBucketsBuiltFromTheReadyOrder) {
+  // The comm hook sees each bucket's parameters: the same buckets in every backward, the first
+  // one included, and the first bucket holds the gradients ready first (`last`'s, registered
+  // first), not those that construction's reverse-registration guess puts there (`first`'s).
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group();
+    BackwardsMlp net;
+    // 0.01 MiB: `middle`'s 16 KiB weight closes a bucket of its own.
+    ddp::DistributedDataParallel model(
+        net, ddp::DDPOptions().bucket_cap_mb(0.01).first_bucket_cap_mb(0.001));
+    std::vector<std::vector<const void*>> buckets;  // this backward's, in reduction order
+    auto allreduce = ddp::comm_hooks::allreduce();
+    model.register_comm_hook([&](const ddp::ProcessGroup& group, ddp::GradBucket& bucket) {
+      EXPECT_EQ(bucket.index(), buckets.size());
+      std::vector<const void*> members;
+      for (const auto& p : bucket.parameters()) members.push_back(p.data_ptr());
+      buckets.push_back(members);
+      return allreduce(group, bucket);
+    });
+    std::vector<std::vector<const void*>> first_backward;
+    for (int step = 0; step < 3; ++step) {
+      buckets.clear();
+      model(torch::randn({4, 20}) * (rank + 1)).sum().backward();
+      if (step == 0) {
+        first_backward = buckets;
+        ASSERT_GE(buckets.size(), 2u);
+        EXPECT_EQ(buckets[0], std::vector<const void*>(
+                                  {net->last->bias.data_ptr(), net->last->weight.data_ptr()}));
+      }
+      EXPECT_EQ(buckets, first_backward) << "step " << step;
+    }
+    ddp::destroy_process_group();
+  });
+}
+
 TEST(DistributedDataParallel, GradientsAreMultipliedByOneOverWorldSizeThenSummedAtThreeRanks) {
   // PyTorch's DDP multiplies each gradient by 1/world_size, rounded, and sums; at 3 ranks that is
   // not what dividing gives. On one host shm reads the gradients where autograd left them and
@@ -788,13 +896,20 @@ TEST(DistributedDataParallel, FirstBucketIsOnTheWireBeforeBackwardFinishes) {
       log.add("bucket " + std::to_string(bucket.index()) + " launched");
       return allreduce(group, bucket);
     });
-    for (int step = 0; step < 2; ++step) {  // the second step uses the rebuilt buckets
+    for (int step = 0; step < 3; ++step) {
       log.events.clear();
       model(torch::randn({4, 64})).sum().backward();
       log.add("backward returned");
-      EXPECT_LT(log.position("bucket 0 launched"), log.position("first layer reached"))
-          << "step " << step;
-      EXPECT_LT(log.position("first layer reached"), log.position("backward returned"));
+      if (step == 0) {
+        // The first backward records the order in which gradients become ready, and reduces
+        // once it ends, in the buckets built from that order.
+        EXPECT_LT(log.position("first layer reached"), log.position("bucket 0 launched"));
+        EXPECT_LT(log.position("bucket 0 launched"), log.position("backward returned"));
+      } else {
+        EXPECT_LT(log.position("bucket 0 launched"), log.position("first layer reached"))
+            << "step " << step;
+        EXPECT_LT(log.position("first layer reached"), log.position("backward returned"));
+      }
     }
     ddp::destroy_process_group();
   });
