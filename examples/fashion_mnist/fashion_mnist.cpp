@@ -57,7 +57,8 @@ const char* kUsage =
     "                     [--metrics FILE.csv] [--loss-csv FILE.csv] [--log-every N]\n"
     "                     [--plot FILE.svg] [--threads N]\n"
     "                     [--device auto|cpu|cuda] [--backend auto|shm|gloo|nccl]\n"
-    "                     [--timeout SECONDS] [--comm-hook none|fp16|bf16|powersgd]\n"
+    "                     [--timeout SECONDS]\n"
+    "                     [--comm-hook none|fp16|bf16|fp16-hosts|bf16-hosts|powersgd]\n"
     "                     [--powersgd-rank R] [--powersgd-start-iter N]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
@@ -72,6 +73,7 @@ const char* kUsage =
     "(the default) is shm on one host, the hierarchy across hosts, NCCL for CUDA tensors.\n"
     "--timeout 1800 bounds the rendezvous and every collective (a lost peer is seen sooner).\n"
     "--comm-hook none (the default: DDP averages) | fp16 | bf16 (compressed all-reduce) |\n"
+    "fp16-hosts | bf16-hosts (compressed only between hosts, full precision inside each) |\n"
     "powersgd (PyTorch's PowerSGD: --powersgd-rank 4, plain averaging for the first\n"
     "--powersgd-start-iter steps, by default a tenth of the run's; its state is not in the\n"
     "checkpoint, so a resumed run starts it again).\n";
@@ -136,8 +138,9 @@ Options parse(int argc, char** argv) {
   if (o.log_every < 1) throw std::runtime_error("--log-every must be at least 1");
   if (!(o.timeout > 0)) throw std::runtime_error("--timeout must be a positive number of seconds");
   if (o.comm_hook != "none" && o.comm_hook != "fp16" && o.comm_hook != "bf16" &&
-      o.comm_hook != "powersgd") {
-    throw std::runtime_error("--comm-hook must be none, fp16, bf16 or powersgd, got '" +
+      o.comm_hook != "fp16-hosts" && o.comm_hook != "bf16-hosts" && o.comm_hook != "powersgd") {
+    throw std::runtime_error(
+        "--comm-hook must be none, fp16, bf16, fp16-hosts, bf16-hosts or powersgd, got '" +
                              o.comm_hook + "'");
   }
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
@@ -232,6 +235,12 @@ template <typename Model>
 void register_comm_hook(Model& model, const Options& o, int64_t total_steps) {
   if (o.comm_hook == "fp16") model.register_comm_hook(ddp::comm_hooks::fp16_compress());
   if (o.comm_hook == "bf16") model.register_comm_hook(ddp::comm_hooks::bf16_compress());
+  if (o.comm_hook == "fp16-hosts") {
+    model.register_comm_hook(ddp::comm_hooks::fp16_compress_between_hosts());
+  }
+  if (o.comm_hook == "bf16-hosts") {
+    model.register_comm_hook(ddp::comm_hooks::bf16_compress_between_hosts());
+  }
   if (o.comm_hook != "powersgd") return;
   const int64_t start =
       o.powersgd_start >= 0 ? o.powersgd_start : std::max<int64_t>(2, total_steps / 10);
