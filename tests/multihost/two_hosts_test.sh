@@ -12,7 +12,8 @@
 # from the last checkpoint and end bit-identical to the uninterrupted run; host 1's cable is
 # pulled for 3 s, less than the timeout: training goes on and ends as if nothing happened. Then a
 # host is lost in the middle of training, its ranks killed or its cable pulled for good: the other
-# host's ranks raise and its ddprun exits within the group timeout + 10 s.
+# host's ranks raise, naming the lost host and its ranks, and its ddprun exits within the group
+# timeout + 10 s.
 # Skips (exit 77) where namespaces cannot be made (not root, no veth or tbf).
 # Usage: two_hosts_test.sh DDPRUN FASHION_MNIST ALLREDUCE_BENCH
 set -euo pipefail
@@ -179,6 +180,9 @@ lose_host1() {
   [ "${statuses[0]}" != 0 ] || { echo "host 0 did not fail:"; cat "lost-$how-host0.log"; exit 1; }
   [ "${statuses[0]}" != 124 ] || { echo "host 0 hung:"; cat "lost-$how-host0.log"; exit 1; }
   grep -q "ddprun: error: worker group failed" "lost-$how-host0.log"
+  # Host 0's ranks name the host they lost and its ranks.
+  grep -q "lost host 1 (ranks 2, 3)" "lost-$how-host0.log" ||
+    { echo "host 0 did not name the lost host:"; cat "lost-$how-host0.log"; exit 1; }
   awk -v a="$lost_at" -v b="$ended" -v bound=$((timeout_s + 10)) -v how="$how" 'BEGIN {
     printf "host 1 lost (%s): host 0 exited after %.1f s (bound %d s)\n", how, b - a, bound
     exit !(b - a <= bound) }'

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
+#include <thread>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "common/error_context.h"
@@ -14,12 +17,17 @@ namespace {
 
 // In the leaders' store: why the first host to fail did (see run_across_hosts).
 const char* const kHostFailureKey = "host_failure";
+// In the leaders' store, after an exchange failed: host H's leader is still here.
+std::string still_here_key(int host) { return "still_here/" + std::to_string(host); }
+// How long the leaders that are still here wait for each other before they call the others lost:
+// all of them see the failure within moments (their connections close or fail together).
+constexpr auto kRollCallWait = std::chrono::seconds(2);
 
 }  // namespace
 
 HierarchicalBackend::HierarchicalBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                          HierarchySetup setup, const std::string& operation)
-    : rank_(rank), topology_(std::move(setup.topology)) {
+    : rank_(rank), topology_(std::move(setup.topology)), global_ranks_(setup.global_ranks) {
   host_ = topology_.host_of[rank];
   if (topology_.leader(host_) == rank) {
     const int leader_index = host_;  // hosts are numbered in the order of their leaders
@@ -29,6 +37,11 @@ HierarchicalBackend::HierarchicalBackend(const c10::intrusive_ptr<c10d::Store>& 
   const auto& members = topology_.members[host_];
   if (members.size() > 1) {
     ShmGroupSetup shm = setup.shm;
+    // A host's other ranks wait for their leader while it exchanges with the other hosts, which
+    // may take the whole timeout, then the roll call: they wait a little longer, so that the
+    // leader, which knows what went wrong between the hosts, is the one that reports it.
+    shm.timeout += std::chrono::duration_cast<std::chrono::milliseconds>(kRollCallWait) +
+                   std::chrono::seconds(3);
     shm.host_index = host_;
     shm.local_rank = topology_.local_rank(rank);
     shm.global_ranks.clear();
@@ -193,9 +206,51 @@ void HierarchicalBackend::wait_for_leaders(const char* operation, const BackendW
       }
     } catch (const std::exception&) {
     }
-    if (cause.empty()) rethrow_backend_failure(std::string(operation) + " between hosts", error);
-    fail(operation, "another host failed, so this one stops too: " + cause);
+    std::vector<int> silent;
+    if (cause.empty()) silent = hosts_gone_silent(cause);
+    if (!cause.empty()) fail(operation, "another host failed, so this one stops too: " + cause);
+    if (silent.empty()) rethrow_backend_failure(std::string(operation) + " between hosts", error);
+    std::string hosts;
+    for (int host : silent) hosts += (hosts.empty() ? "" : ", ") + describe_host(host);
+    std::string what = error.what();
+    what = what.substr(0, what.find('\n'));
+    fail_peer_lost(operation,
+                   "lost " + hosts + ": " + (silent.size() > 1 ? "their leaders" : "its leader") +
+                       " stopped answering between hosts (" + what +
+                       "). Its processes exited or were killed, or the network between the "
+                       "hosts is down: look at that host's output for the first error.",
+                   global_ranks_[topology_.leader(silent.front())]);
   }
+}
+
+std::vector<int> HierarchicalBackend::hosts_gone_silent(std::string& cause) {
+  std::vector<int> silent;
+  try {
+    leaders_store_->set(still_here_key(host_), std::vector<uint8_t>{1});
+    const auto deadline = std::chrono::steady_clock::now() + kRollCallWait;
+    for (;;) {
+      silent.clear();
+      for (int host = 0; host < topology_.hosts(); ++host) {
+        if (host != host_ && !leaders_store_->check({still_here_key(host)})) silent.push_back(host);
+      }
+      if (leaders_store_->check({kHostFailureKey})) {
+        std::vector<uint8_t> why = leaders_store_->get(kHostFailureKey);
+        cause.assign(why.begin(), why.end());
+        return {};
+      }
+      if (silent.empty() || std::chrono::steady_clock::now() >= deadline) return silent;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const std::exception&) {
+    return {};  // the store is out of reach too (it lives on the lost host, or behind the link)
+  }
+}
+
+std::string HierarchicalBackend::describe_host(int host) const {
+  std::vector<int> ranks;
+  for (int member : topology_.members[host]) ranks.push_back(global_ranks_[member]);
+  return "host " + std::to_string(host) + " (rank" + (ranks.size() > 1 ? "s " : " ") +
+         join_ints(ranks) + ")";
 }
 
 }  // namespace ddp::detail

@@ -68,11 +68,20 @@ class HierarchicalBackend : public Backend {
   // The first failure breaks the group on every host at once.
   template <typename Body>
   void run_across_hosts(const char* operation, Body&& body);
-  // Waits for a collective of the leaders; names another host's failure where that caused it.
+  // Waits for a collective of the leaders; names another host's failure where that caused it,
+  // or the hosts that went silent.
   void wait_for_leaders(const char* operation, const BackendWork& work);
+  // After the leaders' exchange failed without a recorded cause: this leader says it is still
+  // here, and waits briefly for the others to say so. Returns the hosts that did not (their
+  // processes are gone, or their link is down), and sets `cause` if one recorded a cause
+  // meanwhile. Empty when the leaders' store cannot be reached either.
+  std::vector<int> hosts_gone_silent(std::string& cause);
+  // "host 1 (ranks 2, 3)", in global ranks.
+  std::string describe_host(int host) const;
 
   int rank_;
   HostTopology topology_;
+  std::vector<int> global_ranks_;  // group rank -> global rank, for messages
   int host_ = 0;
   std::shared_ptr<Backend> leaders_;               // host leaders' gloo group, on leaders
   c10::intrusive_ptr<c10d::Store> leaders_store_;  // theirs, for the first failure's cause
