@@ -6,16 +6,20 @@
 #   none        DDP's default all-reduce, full precision
 #   bf16-hosts  comm_hooks::bf16_compress_between_hosts(): only what crosses the link is bf16
 #   fp16-hosts  the same with float16
-#   powersgd    comm_hooks::powerSGD() (rank --powersgd-rank, from the first measured step)
+#   powersgd    comm_hooks::powerSGD(), rank POWERSGD_RANK (default 8: within 0.5 points of the
+#               uncompressed accuracy on Fashion-MNIST across 2 hosts), from the first measured step
 #   bf16, fp16  the hooks that compress every rank's bucket
-# Runs alternate (peer, ours with each hook), REPS times; the table reports medians of the
-# per-run step medians, and ours over PyTorch's. Root needed.
+# and ours without DDP in lockstep (ddp_bench --lockstep: one float all-reduced after each
+# backward), the floor of any synchronous data-parallel training on these cores. Runs alternate
+# (peer, ours with each hook, lockstep), REPS times; the table reports medians of the per-run
+# step medians, and each over PyTorch's. Root needed.
 #
 #   bench/run_two_hosts_ddp_bench.sh [RATE]      (default 1gbit)
 #
 # Environment: BUILD_DIR (default <repo>/build), PEERS_DIR (default <repo>/../shared/peers),
 # PYTHON (/usr/bin/python3), MODELS ("mlp cnn resnet transformer"), HOOKS ("none bf16-hosts
-# powersgd"), NPROC (2), STEPS (20), WARMUP (5), REPS (3), OUT (a .jsonl to keep the lines).
+# powersgd"), POWERSGD_RANK (8), NPROC (2), STEPS (20), WARMUP (5), REPS (3), OUT (a .jsonl to
+# keep the lines).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="$(cd "${BUILD_DIR:-$ROOT/build}" && pwd)"
@@ -67,17 +71,19 @@ for model in $MODELS; do
     for hook in $HOOKS; do
       extra=()
       # PowerSGD from the first measured step (PyTorch's default waits 1000 steps).
-      [ "$hook" = powersgd ] && extra=(--powersgd-start-iter "$WARMUP")
+      [ "$hook" = powersgd ] &&
+        extra=(--powersgd-start-iter "$WARMUP" --powersgd-rank "${POWERSGD_RANK:-8}")
       on_two_hosts "$hook" "$BUILD_DIR/bench/ddp_bench" --model "$model" "${common[@]}" \
         --comm-hook "$hook" "${extra[@]}"
     done
+    on_two_hosts lockstep "$BUILD_DIR/bench/ddp_bench" --model "$model" "${common[@]}" --lockstep
   done
 done
 [ -z "${OUT:-}" ] || cp "$results" "$OUT"
 
 echo
 echo "2 hosts x $NPROC ranks at $RATE, median step (ms) and ours / PyTorch:"
-"$PYTHON" - "$results" $HOOKS <<'PY'
+"$PYTHON" - "$results" $HOOKS lockstep <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 hooks = sys.argv[2:]

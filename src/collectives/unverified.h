@@ -25,9 +25,6 @@ Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs
 /// where they are, PREMUL_SUM included (shm on one host): DDP's reducer then reads gradients
 /// where autograd left them.
 bool reduces_lists_in_place(const ProcessGroup& group, const at::Tensor& like);
-/// Only where reduces_lists_in_place(group, inputs[0]): outputs[i] becomes the sum over ranks of
-/// inputs[i] times `factor` (each product rounded first, summed in rank order), the lists reduced
-/// as one run of elements; outputs[i] may be inputs[i]. Inputs are only read, while the op runs.
 /// True when a backend of the group averages tensors like `like` in full precision inside each
 /// host and narrower only between hosts (hierarchical, and shm, where nothing crosses a network).
 bool narrows_only_between_hosts(const ProcessGroup& group, const at::Tensor& like);
@@ -35,6 +32,9 @@ bool narrows_only_between_hosts(const ProcessGroup& group, const at::Tensor& lik
 /// group, its bytes crossing between hosts as `wire` (Backend::all_reduce_narrow_between_hosts).
 Work average_narrow_between_hosts_async(at::Tensor& tensor, c10::ScalarType wire,
                                         const ProcessGroup& group);
+/// Only where reduces_lists_in_place(group, inputs[0]): outputs[i] becomes the sum over ranks of
+/// inputs[i] times `factor` (each product rounded first, summed in rank order), the lists reduced
+/// as one run of elements; outputs[i] may be inputs[i]. Inputs are only read, while the op runs.
 Work premul_sum_async(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
                       double factor, const ProcessGroup& group);
 
