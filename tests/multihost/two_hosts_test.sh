@@ -163,8 +163,8 @@ lose_host1() {
       grep -q -m 1 "step 1/" || exit 1
       date +%s.%N > lost_at
       if [ "$how" = kill ]; then
-        # ddprun of host 1 and, through their parent-death signal, its workers.
-        pkill -KILL -f -- "--node-rank 1 --master-addr 198.18.0.1"
+        # Every process of host 1 (of this bed only: not another job's on this machine).
+        ip netns pids "$DDP_TESTBED-host1" | xargs -r kill -KILL
       else
         "$bed" link 1 down
       fi
