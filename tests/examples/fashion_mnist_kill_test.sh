@@ -26,16 +26,8 @@ batch=16
 # an epoch has at most 10 steps: the killer watches for the chosen one.
 common=(--data "$work/data" --epochs $epochs --batch-size $batch --log-every 100)
 
-# The pid of rank RANK among the workers whose command line names CHECKPOINT.
-worker_pid() {
-  local pid
-  for pid in $(pgrep -f -- "--checkpoint $1"); do
-    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=$2"; then
-      echo "$pid"
-      return
-    fi
-  done
-}
+# shellcheck source=../support/worker_pid.sh
+source "$here/../support/worker_pid.sh"
 
 # Reads ddprun's output; when rank 0 reports the chosen step (every rank is at that step: DDP
 # keeps them in lockstep), kills rank VICTIM, once. Fails if the step never came.

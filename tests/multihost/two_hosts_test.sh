@@ -76,17 +76,8 @@ for backend in gloo auto; do
   compare "one-$backend.pt" "two-$backend.pt"
 done
 
-# The pid of the worker of rank RANK whose command line names CHECKPOINT (any host: the hosts
-# share this machine's pid namespace).
-worker_pid() {
-  local pid
-  for pid in $(pgrep -f -- "--checkpoint $1"); do
-    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=$2"; then
-      echo "$pid"
-      return
-    fi
-  done
-}
+# shellcheck source=../support/worker_pid.sh
+source "$here/../support/worker_pid.sh"
 
 # Runs the 2x2 training of the bit-identity check above on both hosts (ddprun options first,
 # then `--`, then the example's extra options) while `disturb` reads host 0's output; both
