@@ -71,7 +71,7 @@ CommHook bf16_compress();
 /// on a group without shared memory (gloo, NCCL) every rank's bytes cross a link, so the whole
 /// bucket is compressed, as bf16_compress() does.
 CommHook bf16_compress_between_hosts();
-/// The same with float16 (the hosts' parts added up by gloo in float16).
+/// The same with float16.
 CommHook fp16_compress_between_hosts();
 
 }  // namespace comm_hooks

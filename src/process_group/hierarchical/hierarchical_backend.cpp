@@ -125,14 +125,9 @@ void HierarchicalBackend::all_reduce_narrow_now(at::Tensor tensor, c10::ScalarTy
 
 void HierarchicalBackend::add_up_across_leaders(at::Tensor& tensor, at::Tensor narrow,
                                                 const char* operation) {
-  if (leaders_->reduces(narrow.scalar_type())) {
-    wait_for_leaders(operation, leaders_->all_reduce(narrow, c10d::ReduceOp::SUM,
-                                                     Launch::kWaitNow));
-    tensor.copy_(narrow);
-    return;
-  }
-  // gloo cannot add bfloat16: gather every host's bytes and add them up here, in host order,
-  // so that every leader computes the same sum, rounded only where it is written.
+  // Every host's bytes are gathered and added up here, in host order, so that every leader
+  // computes the same sum in the tensor's dtype (gloo cannot add bfloat16 at all, and its
+  // float16 sum rounds every partial sum; with libtorch 2.6 it also gave NaN now and then).
   at::Tensor bytes = narrow.view(at::kByte);
   std::vector<at::Tensor> parts;
   for (int host = 0; host < topology_.hosts(); ++host) parts.push_back(at::empty_like(bytes));

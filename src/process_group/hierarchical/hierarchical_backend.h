@@ -52,9 +52,8 @@ class HierarchicalBackend : public Backend {
 
   BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch) override;
   BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) override;
-  /// Full precision inside each host; the leaders exchange their host's average narrowed to
-  /// `wire` (float16 through gloo's own sum; bfloat16, which gloo cannot add, gathered and
-  /// added here).
+  /// Full precision inside each host; the leaders gather every host's average narrowed to
+  /// `wire` and add them up in the tensor's dtype, in host order.
   BackendWork all_reduce_narrow_between_hosts(at::Tensor& tensor, c10::ScalarType wire,
                                               int64_t divisor, Launch launch) override;
 
