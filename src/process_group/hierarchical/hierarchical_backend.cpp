@@ -127,7 +127,7 @@ void HierarchicalBackend::add_up_across_leaders(at::Tensor& tensor, at::Tensor n
                                                 const char* operation) {
   // Every host's bytes are gathered and added up here, in host order, so that every leader
   // computes the same sum in the tensor's dtype (gloo cannot add bfloat16 at all, and its
-  // float16 sum rounds every partial sum; with libtorch 2.6 it also gave NaN now and then).
+  // float16 sum rounds every partial sum).
   at::Tensor bytes = narrow.view(at::kByte);
   std::vector<at::Tensor> parts;
   for (int host = 0; host < topology_.hosts(); ++host) parts.push_back(at::empty_like(bytes));
