@@ -2,7 +2,6 @@
 // model checks, comm hooks and the overlap of communication with backward.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <atomic>
 #include <mutex>
@@ -28,12 +27,15 @@ torch::nn::Sequential make_mlp() {
                                torch::nn::Linear(64, 5));
 }
 
+// The second convolution has 16 output channels, not fewer: Debian 13's libtorch 2.6 computes the
+// input gradient of a CPU convolution with under 16 output channels wrongly through oneDNN, and
+// now and then from memory it never wrote (NaN). README, "Known problems of libtorch builds".
 torch::nn::Sequential make_cnn() {
   torch::manual_seed(0);
   return torch::nn::Sequential(
       torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)), torch::nn::ReLU(),
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3)), torch::nn::ReLU(), torch::nn::Flatten(),
-      torch::nn::Linear(8 * 6 * 6, 5));
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 16, 3)), torch::nn::ReLU(),
+      torch::nn::Flatten(), torch::nn::Linear(16 * 6 * 6, 5));
 }
 
 // The whole batch of one step: world * kBatchPerRank samples, the same on every rank.
@@ -811,12 +813,6 @@ TEST(DistributedDataParallel, CompressionBetweenHostsRoundsOnlyEachHostsAverage)
 }
 
 TEST(DistributedDataParallel, CompressionBetweenHostsTrainsWithinTolerance) {
-#if TORCH_VERSION_MAJOR >= 2
-  // Known bug, open: with libtorch 2.6, DDP on ranks posing as two hosts (the hierarchy) ends
-  // with NaN parameters in about 1 run of 10, with this hook or without any (found 2026-12-05,
-  // README "Not yet"). It runs on 1.13, where it has not failed.
-  GTEST_SKIP() << "DDP across posed hosts is known to fail now and then on libtorch 2.x";
-#endif
   run_ranks_ok(4, [](int rank) {
     ::setenv("DDP_CPP_HOST_ID", rank < 2 ? "a" : "b", 1);
     ddp::init_process_group();
