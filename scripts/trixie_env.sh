@@ -62,7 +62,11 @@ flock 9
 trap unmount_all EXIT
 [ -d "$root" ] || create_root
 unmount_under "$root"
+mountpoint -q "$root" && umount -l "$root"
 
+# The root bound onto itself first: inside, "/" is then a mount point, which `ip netns exec`
+# needs (it makes "/" a slave mount) for the test bed of tests/multihost.
+bind "$root" /
 bind /proc /proc
 bind /dev /dev
 bind /dev/shm /dev/shm
