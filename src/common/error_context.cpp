@@ -1,5 +1,6 @@
 #include "common/error_context.h"
 
+#include "common/peer_directory.h"
 #include "process_group/process_state.h"
 
 namespace ddp::detail {
@@ -70,8 +71,16 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
   const std::string message = context(operation) + " failed: " + what + ".";
   const int rank = reporting_rank();
   const std::string call = user_call(operation);
+  const auto peer = peer_named_in(what);
   if (contains(what, "Connection closed by peer") || contains(what, "Connection reset") ||
       contains(what, "Broken pipe")) {
+    if (peer) {
+      throw PeerLostError(context(operation) + " failed: " + peer->describe() +
+                              " closed its connection to this rank: it exited or crashed during "
+                              "the collective; its own output says why. (gloo: " +
+                              what + ")",
+                          rank, call, peer->rank, peer->host);
+    }
     throw PeerLostError(message +
                             " A peer process closed its connection: it probably exited or "
                             "crashed during the collective. Look at the other ranks' output for "
@@ -94,11 +103,13 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
         rank, call);
   }
   if (contains(what, "imed out") || contains(what, "Timeout") || contains(what, "timeout")) {
-    throw TimeoutError(message +
-                           " A peer did not take part within the group timeout "
-                           "(InitOptions().timeout): it may be stuck, much slower, or calling a "
-                           "different collective.",
-                       rank, call);
+    throw TimeoutError(
+        message +
+            (peer ? " The peer that did not answer: " + peer->describe() + "." : std::string()) +
+            " A peer did not take part within the group timeout "
+            "(InitOptions().timeout): it may be stuck, much slower, or calling a "
+            "different collective.",
+        rank, call);
   }
   throw DistributedError(message, rank, call);
 }

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "common/error_context.h"
+#include "common/peer_directory.h"
 #include "compat/libtorch_compat.h"
 #include "ddp/init.h"
 #include "init/allocator_tuning.h"
@@ -116,11 +117,14 @@ void init_process_group(const InitOptions& options) {
                                       "init_process_group");
     }
     // As torch.distributed does after the barrier: rank 0 publishes the collective sequence
-    // number through the store (PyTorch ranks of the job wait for it).
+    // number through the store (PyTorch ranks of the job wait for it). Before that, every rank
+    // looks for a rank claimed twice (rank_claim.h): such a job must not start.
+    rendezvous::check_no_rank_dispute(*store, spec.rank, spec.world_size, options.timeout());
     gloo->set_sequence_number_for_group();
     if (spec.rank == 0) store->set(rendezvous::kJobStartedKey, std::vector<uint8_t>{'1'});
   } catch (...) {
     world->release();
+    detail::forget_peer_addresses();
     detail::set_rank_for_messages(-1);
     throw;
   }

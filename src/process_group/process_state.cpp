@@ -3,6 +3,8 @@
 #include <atomic>
 #include <mutex>
 
+#include "common/peer_directory.h"
+
 namespace ddp::detail {
 namespace {
 
@@ -45,6 +47,7 @@ void destroy_process_state() {
   for (auto& weak : state->groups) {
     if (auto group = weak.lock()) group->release();
   }
+  forget_peer_addresses();  // their connections are closed; the ports may serve others next
 }
 
 std::shared_ptr<GroupState> world_group() {

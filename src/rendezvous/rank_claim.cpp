@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <sstream>
 
@@ -11,6 +12,12 @@ namespace ddp::rendezvous {
 namespace {
 
 constexpr const char* kOperation = "init_process_group";
+constexpr const char* kDisputeKey = "ddp_rank_dispute";
+
+std::string rank_fix(int world_size) {
+  return "Give every process its own RANK in 0.." + std::to_string(world_size - 1) +
+         " (a launcher does), and stop stray processes of an earlier run.";
+}
 
 std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
@@ -28,12 +35,14 @@ void check_claims(c10d::Store& store, int rank, int world_size) {
   const std::string rank_key = "ddp_rank_owner/" + std::to_string(rank);
   const std::string owner = text(store.compareSet(rank_key, {}, bytes(me)));
   if (owner != me) {
+    // Tell the job: its ranks look for this at the end of their init (check_no_rank_dispute).
+    const std::string dispute = "rank " + std::to_string(rank) +
+                                " is claimed by two processes: " + owner + " (first) and " + me +
+                                " (second). " + rank_fix(world_size);
+    store.compareSet(kDisputeKey, {}, bytes(dispute));
     detail::fail<MismatchError>(
         kOperation, "rank " + std::to_string(rank) + " is claimed by two processes: " + me +
-                        " (this one) and " + owner +
-                        " (first). Give every process its own RANK in 0.." +
-                        std::to_string(world_size - 1) +
-                        " (a launcher does), and stop stray processes of an earlier run.");
+                        " (this one) and " + owner + " (first). " + rank_fix(world_size));
   }
   // The first rank to get here sets the job's world size; every other rank compares its own.
   const std::string mine = std::to_string(world_size) + " " + std::to_string(rank) + " " + me;
@@ -54,6 +63,33 @@ void check_claims(c10d::Store& store, int rank, int world_size) {
 }
 
 }  // namespace
+
+void check_no_rank_dispute(c10d::Store& store, int rank, int world_size,
+                           std::chrono::milliseconds timeout) {
+  std::string dispute;
+  try {
+    if (!store.check({kDisputeKey})) return;
+    dispute = text(store.get(kDisputeKey));
+    // Rank 0 hosts the store: it leaves only once the others have read the dispute (or a bounded
+    // while), so that they report it rather than a lost store.
+    if (rank != 0) {
+      store.set(kDisputeKey + std::string("/seen/") + std::to_string(rank), bytes("1"));
+    } else {
+      std::vector<std::string> seen;
+      for (int other = 1; other < world_size; ++other) {
+        seen.push_back(kDisputeKey + std::string("/seen/") + std::to_string(other));
+      }
+      try {
+        if (!seen.empty()) store.wait(seen, std::min(timeout, std::chrono::milliseconds(10000)));
+      } catch (const std::exception&) {
+        // A rank that looked before the dispute was recorded will not say it saw it.
+      }
+    }
+  } catch (const std::exception& error) {
+    detail::rethrow_backend_failure(kOperation, error);
+  }
+  detail::fail<MismatchError>(kOperation, "this job cannot start: " + dispute);
+}
 
 void claim_rank(c10d::Store& store, int rank, int world_size) {
   try {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "common/error_context.h"
+#include "common/peer_directory.h"
 
 namespace {
 
@@ -97,4 +98,27 @@ TEST(Errors, OurErrorsPassThroughWithTheirTypeForTheUsersCall) {
   ddp::MismatchError mismatch("sizes differ", 1, "all_gather");
   EXPECT_EQ(as<ddp::MismatchError>(classified("reduce", mismatch)).operation(), "reduce");
   EXPECT_EQ(as<ddp::MismatchError>(classified("all_gather", mismatch)).operation(), "all_gather");
+}
+
+// gloo names a broken connection by its far end's address; the directory the gloo groups fill
+// turns it into the rank, and only a whole address matches (port 6522 is not port 65220).
+TEST(BackendFailure, AGlooAddressOfAKnownPeerNamesItsRankAndHost) {
+  ddp::detail::PeerIdentity peer;
+  peer.rank = 3;
+  peer.pid = 4242;
+  peer.host = "host-b";
+  ddp::detail::remember_peer_address("[127.0.0.1]:6522", peer);
+  auto error = as<ddp::PeerLostError>(classified(
+      "all_reduce", std::runtime_error("[pair.cc:589] Read error [127.0.0.1]:6522: Connection "
+                                       "reset by peer")));
+  EXPECT_EQ(error.lost_rank(), 3);
+  EXPECT_EQ(error.lost_host(), "host-b");
+  EXPECT_EQ(error.operation(), "all_reduce");
+  auto other = as<ddp::PeerLostError>(
+      classified("all_reduce", std::runtime_error("Connection closed by peer [127.0.0.1]:65220")));
+  EXPECT_EQ(other.lost_rank(), -1);
+  ddp::detail::forget_peer_addresses();
+  auto forgotten = as<ddp::PeerLostError>(classified(
+      "all_reduce", std::runtime_error("Read error [127.0.0.1]:6522: Connection reset by peer")));
+  EXPECT_EQ(forgotten.lost_rank(), -1);
 }

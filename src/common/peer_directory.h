@@ -1,0 +1,42 @@
+// The peers this process is connected to, by the addresses its transports name them with.
+//
+// gloo reports a lost connection by the socket address of its other end ("Read error
+// [127.0.0.1]:65220: Connection reset by peer"), which says nothing to a person reading it. Each
+// gloo group therefore learns, when it is made, which rank (and process, and host) is behind the
+// address of every one of its connections (gloo_peers.h), and records it here; an error that
+// names such an address can then name the rank that was lost. Addresses are unique among the
+// live connections of a process, so one directory serves every group: the same process behind
+// two groups' connections is the same rank. destroy_process_group forgets them all.
+//
+// Thread-safety: every function may be called from any thread (one mutex).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace ddp::detail {
+
+struct PeerIdentity {
+  int rank = -1;     // global rank
+  std::string host;  // its host name
+  int pid = 0;
+  /// "rank 1 (pid 4242 on host-a)"
+  std::string describe() const;
+  /// "RANK PID HOST", what a rank publishes in the store; parse() reads it back.
+  std::string text() const;
+  static PeerIdentity parse(const std::string& text);
+  /// This process, as `rank`.
+  static PeerIdentity of_this_process(int rank);
+};
+
+/// Records that the connection whose far end gloo calls `address` ("[10.0.0.2]:51234") leads to
+/// `peer`.
+void remember_peer_address(const std::string& address, const PeerIdentity& peer);
+
+/// The peer whose address `text` (a transport's error message) names, if any.
+std::optional<PeerIdentity> peer_named_in(const std::string& text);
+
+/// Forgets every address (destroy_process_group: the connections are closed).
+void forget_peer_addresses();
+
+}  // namespace ddp::detail
