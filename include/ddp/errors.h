@@ -57,9 +57,10 @@ class PeerLostError : public DistributedError {
         lost_rank_(lost_rank),
         lost_host_(std::move(lost_host)) {}
 
-  /// The global rank of the peer that is gone, -1 when the transport does not know it (gloo).
+  /// The global rank of the peer that is gone, -1 when unknown (a gloo peer that is a Python
+  /// rank, which does not say who is behind its connections).
   int lost_rank() const noexcept { return lost_rank_; }
-  /// Its host (an address for gloo), "" when unknown.
+  /// Its host name; the address gloo gives when the rank is unknown; "" when neither is known.
   const std::string& lost_host() const noexcept { return lost_host_; }
 
  private:

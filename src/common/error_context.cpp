@@ -71,9 +71,14 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
   const std::string message = context(operation) + " failed: " + what + ".";
   const int rank = reporting_rank();
   const std::string call = user_call(operation);
-  const auto peer = peer_named_in(what);
+  auto peer = peer_named_in(what);
   if (contains(what, "Connection closed by peer") || contains(what, "Connection reset") ||
       contains(what, "Broken pipe")) {
+    // A peer seen gone on this host is surer than the address gloo named (see
+    // peer_known_to_have_exited); a peer on another host can only be named by its address.
+    if (!peer || !peer->known_to_have_exited()) {
+      if (auto gone = peer_known_to_have_exited(std::chrono::milliseconds(500))) peer = gone;
+    }
     if (peer) {
       throw PeerLostError(context(operation) + " failed: " + peer->describe() +
                               " closed its connection to this rank: it exited or crashed during "

@@ -1,12 +1,17 @@
 #include "common/peer_directory.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <climits>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 namespace ddp::detail {
 namespace {
@@ -27,6 +32,17 @@ bool names(const std::string& text, const std::string& address) {
   return false;
 }
 
+// "BOOT_ID/pid:[INODE]", or "" when /proc does not say.
+std::string this_pid_space() {
+  std::ifstream boot_file("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot_file, boot_id);
+  char pid_namespace[64] = {};
+  const auto length = ::readlink("/proc/self/ns/pid", pid_namespace, sizeof(pid_namespace) - 1);
+  if (boot_id.empty() || length <= 0) return "";
+  return boot_id + "/" + std::string(pid_namespace, static_cast<size_t>(length));
+}
+
 }  // namespace
 
 std::string PeerIdentity::describe() const {
@@ -34,13 +50,13 @@ std::string PeerIdentity::describe() const {
 }
 
 std::string PeerIdentity::text() const {
-  return std::to_string(rank) + " " + std::to_string(pid) + " " + host;
+  return std::to_string(rank) + " " + std::to_string(pid) + " " + host + " " + pid_space;
 }
 
 PeerIdentity PeerIdentity::parse(const std::string& text) {
   PeerIdentity peer;
   std::istringstream in(text);
-  in >> peer.rank >> peer.pid >> peer.host;
+  in >> peer.rank >> peer.pid >> peer.host >> peer.pid_space;
   return peer;
 }
 
@@ -51,7 +67,22 @@ PeerIdentity PeerIdentity::of_this_process(int rank) {
   me.rank = rank;
   me.pid = ::getpid();
   me.host = host;
+  me.pid_space = this_pid_space();
   return me;
+}
+
+bool PeerIdentity::known_to_have_exited() const {
+  if (pid <= 0 || pid_space.empty() || pid_space != this_pid_space()) return false;
+  if (::kill(pid, 0) == -1 && errno == ESRCH) return true;
+  // A process that has exited but whose parent has not collected it yet (a zombie) still has a
+  // pid: its state, the field after the name in /proc/PID/stat, says so.
+  std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(stat_file, stat);
+  const auto name_end = stat.rfind(')');
+  if (name_end == std::string::npos || name_end + 2 >= stat.size()) return false;
+  const char state = stat[name_end + 2];
+  return state == 'Z' || state == 'X';
 }
 
 void remember_peer_address(const std::string& address, const PeerIdentity& peer) {
@@ -65,6 +96,22 @@ std::optional<PeerIdentity> peer_named_in(const std::string& text) {
     if (!address.empty() && names(text, address)) return peer;
   }
   return std::nullopt;
+}
+
+std::optional<PeerIdentity> peer_known_to_have_exited(std::chrono::milliseconds patience) {
+  std::vector<PeerIdentity> peers;
+  {
+    std::lock_guard<std::mutex> lock(directory_mutex);
+    for (const auto& entry : peers_by_address) peers.push_back(entry.second);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  for (;;) {
+    for (const auto& peer : peers) {
+      if (peer.known_to_have_exited()) return peer;
+    }
+    if (peers.empty() || std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void forget_peer_addresses() {

@@ -11,6 +11,7 @@
 // Thread-safety: every function may be called from any thread (one mutex).
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -22,11 +23,17 @@ struct PeerIdentity {
   int pid = 0;
   /// "rank 1 (pid 4242 on host-a)"
   std::string describe() const;
-  /// "RANK PID HOST", what a rank publishes in the store; parse() reads it back.
+  /// "RANK PID HOST PID_SPACE", what a rank publishes in the store; parse() reads it back.
   std::string text() const;
   static PeerIdentity parse(const std::string& text);
   /// This process, as `rank`.
   static PeerIdentity of_this_process(int rank);
+  /// True only when this process can tell for sure that the peer has exited: it ran on this
+  /// host, in this process's PID namespace, and its pid is gone. False when it cannot tell.
+  bool known_to_have_exited() const;
+  /// Where its pid means something: the machine's boot id and the PID namespace. Host names can
+  /// repeat (containers, copied images); these cannot. Empty when unknown.
+  std::string pid_space;
 };
 
 /// Records that the connection whose far end gloo calls `address` ("[10.0.0.2]:51234") leads to
@@ -35,6 +42,12 @@ void remember_peer_address(const std::string& address, const PeerIdentity& peer)
 
 /// The peer whose address `text` (a transport's error message) names, if any.
 std::optional<PeerIdentity> peer_named_in(const std::string& text);
+
+/// A peer of this process's gloo groups that is known to have exited, waiting up to `patience`
+/// for one to be: a process that is killed closes its connections a moment before it can be
+/// seen gone. This names the lost peer where gloo's message names an address that was not
+/// published (gloo does not always report a connection by the address its peer gave for it).
+std::optional<PeerIdentity> peer_known_to_have_exited(std::chrono::milliseconds patience);
 
 /// Forgets every address (destroy_process_group: the connections are closed).
 void forget_peer_addresses();

@@ -5,15 +5,20 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "compat/libtorch_compat.h"
 #include "ddp/ddp.h"
 #include "support/multiprocess.h"
 
@@ -70,13 +75,21 @@ TEST(Failure, RankThatNeverArrivesIsReportedAfterTheTimeout) {
 
 // Both transports name the lost rank: gloo from the address of the connection that broke (each
 // rank published who is behind each of its connections when the group was made: all on
-// 127.0.0.1 here, told apart by their ports), shm from the process that is gone (also on the rank
-// that only learns it from the other survivor's abort).
+// 127.0.0.1 here, told apart by their ports) or, on one host, from the process that is gone; shm
+// from the process that is gone (also on the rank that only learns it from the other survivor's
+// abort). On gloo, a survivor that reported its error and exited closes its connections too: the
+// last survivor may be told of it instead, and only if it did report first.
 TEST(Failure, PeerThatDiesDuringACollectiveFailsTheSurvivors) {
+  // One flag per rank, shared by the forked ranks: "this rank has its error and may exit".
+  auto* reported = static_cast<std::atomic<int>*>(::mmap(nullptr, 3 * sizeof(std::atomic<int>),
+                                                         PROT_READ | PROT_WRITE,
+                                                         MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(reported, MAP_FAILED);
   for (std::string backend : {"gloo", "shm"}) {
+    for (int r = 0; r < 3; ++r) reported[r].store(0);
     Launch launch;
     launch.world_size = 3;
-    auto outcomes = run_ranks(launch, [backend](int rank) {
+    auto outcomes = run_ranks(launch, [backend, reported](int rank) {
       ddp::init_process_group(
           ddp::InitOptions().backend(backend).timeout(std::chrono::seconds(20)));
       auto t = torch::ones({1 << 20});
@@ -92,9 +105,14 @@ TEST(Failure, PeerThatDiesDuringACollectiveFailsTheSurvivors) {
       EXPECT_EQ(error.operation(), "all_reduce");
       // Every gloo error that names a connection's address ("[127.0.0.1]:PORT") names its rank.
       const bool names_an_address = std::string(error.what()).find("]:") != std::string::npos;
-      if (backend == "shm" || names_an_address) {
+      const int other_survivor = 2 - rank;
+      const bool told_of_a_survivor_that_left = backend == "gloo" &&
+                                                error.lost_rank() == other_survivor &&
+                                                reported[other_survivor].load();
+      if ((backend == "shm" || names_an_address) && !told_of_a_survivor_that_left) {
         EXPECT_EQ(error.lost_rank(), 1) << error.what();
       }
+      reported[rank].store(1);
       if (names_an_address) {
         EXPECT_EQ(error.lost_host(), this_host()) << error.what();
       }
@@ -341,3 +359,70 @@ TEST(Failure, RanksDisagreeingOnTheWorldSizeAreRefusedNamingBothSizes) {
   }
   EXPECT_EQ(refusals, 1);
 }
+
+namespace {
+
+// Kills this process (SIGKILL, as a crash) the moment the store holds gloo's address of `rank`
+// in the world group: the rank dies right after publishing it, while the others connect to it.
+// gloo's keys: "<group>/<device index>/<rank>" under the world's store (1.13), with the device
+// backend's "cpu/" level in between (2.x).
+void die_once_gloo_address_is_published(int rank) {
+  std::thread([rank] {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
+    options.waitWorkers = false;
+    options.timeout = std::chrono::seconds(20);
+    ddp::compat::use_classic_tcp_store(options);
+    c10::intrusive_ptr<c10d::TCPStore> store;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!store && std::chrono::steady_clock::now() < deadline) {
+      try {
+        store = c10::make_intrusive<c10d::TCPStore>(std::getenv("MASTER_ADDR"), options);
+      } catch (const std::exception&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    const std::string r = std::to_string(rank);
+    while (store) {
+      if (store->check({"default_pg/0/0/" + r}) || store->check({"default_pg/0//cpu//0/" + r})) {
+        ::raise(SIGKILL);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }).detach();
+}
+
+}  // namespace
+
+// A rank that dies during init, right after it published its gloo address: every other rank
+// fails within the timeout + 10 s, naming it, on gloo and on the default backend (which goes on
+// to learn the ranks' hosts after gloo).
+TEST(Failure, RankThatDiesDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
+  for (std::string backend : {"gloo", "auto"}) {
+    Launch launch;
+    launch.world_size = 3;
+    launch.timeout = std::chrono::seconds(40);
+    auto outcomes = run_ranks(launch, [backend](int rank) {
+      if (rank == 2) die_once_gloo_address_is_published(2);
+      auto start = std::chrono::steady_clock::now();
+      try {
+        ddp::init_process_group(ddp::InitOptions().backend(backend).timeout(kShortTimeout));
+        ADD_FAILURE() << "init_process_group succeeded";
+      } catch (const ddp::PeerLostError& e) {
+        EXPECT_EQ(e.lost_rank(), 2) << e.what();
+        EXPECT_EQ(e.lost_host(), this_host()) << e.what();
+        EXPECT_EQ(e.rank(), rank) << e.what();
+        EXPECT_EQ(e.operation(), "init_process_group") << e.what();
+        std::fprintf(stderr, "%s: after %.0f ms: %s\n", backend.c_str(), elapsed_ms(start),
+                     e.what());
+      } catch (const ddp::DistributedError& e) {
+        ADD_FAILURE() << "not a PeerLostError: " << e.what();
+      }
+      EXPECT_LT(elapsed_ms(start), 4000 + 10000);
+    });
+    EXPECT_EQ(outcomes[0].exit_code, 0) << backend << ": " << outcomes[0].describe();
+    EXPECT_EQ(outcomes[1].exit_code, 0) << backend << ": " << outcomes[1].describe();
+    EXPECT_EQ(outcomes[2].signal, SIGKILL) << backend << ": " << outcomes[2].describe();
+  }
+}
+

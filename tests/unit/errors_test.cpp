@@ -2,6 +2,8 @@
 #include "ddp/errors.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <stdexcept>
 
@@ -121,4 +123,29 @@ TEST(BackendFailure, AGlooAddressOfAKnownPeerNamesItsRankAndHost) {
   auto forgotten = as<ddp::PeerLostError>(classified(
       "all_reduce", std::runtime_error("Read error [127.0.0.1]:6522: Connection reset by peer")));
   EXPECT_EQ(forgotten.lost_rank(), -1);
+}
+
+// A rank's identity travels through the store as text, and says when its process is known gone:
+// only where its pid means something (this machine's boot, this PID namespace).
+TEST(PeerIdentity, TellsAnExitedProcessOnlyWhereItsPidMeansSomething) {
+  auto me = ddp::detail::PeerIdentity::of_this_process(5);
+  auto copy = ddp::detail::PeerIdentity::parse(me.text());
+  EXPECT_EQ(copy.rank, 5);
+  EXPECT_EQ(copy.pid, me.pid);
+  EXPECT_EQ(copy.host, me.host);
+  EXPECT_FALSE(copy.pid_space.empty());
+  EXPECT_EQ(copy.pid_space, me.pid_space);
+  EXPECT_FALSE(copy.known_to_have_exited());
+
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  auto gone = me;
+  gone.pid = child;
+  EXPECT_TRUE(gone.known_to_have_exited());
+  gone.pid_space = "another-boot/pid:[1]";
+  EXPECT_FALSE(gone.known_to_have_exited());
+  gone.pid_space.clear();
+  EXPECT_FALSE(gone.known_to_have_exited());
 }

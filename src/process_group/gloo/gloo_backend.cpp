@@ -7,24 +7,11 @@
 
 #include "common/error_context.h"
 #include "process_group/c10d_backend.h"
-#include "process_group/gloo/gloo_peers.h"
+#include "process_group/gloo/gloo_connect.h"
 #include "process_group/process_state.h"
 
 namespace ddp::detail {
 namespace {
-
-// c10d's ProcessGroupGloo, with its gloo contexts (the connections) in reach: gloo_peers.h
-// learns from them which rank is behind each connection.
-class GlooWithConnections : public c10d::ProcessGroupGloo {
- public:
-  using c10d::ProcessGroupGloo::ProcessGroupGloo;
-  const std::vector<std::shared_ptr<::gloo::Context>>& connections() const { return contexts_; }
-};
-
-// Each rank says it has come, and who it is (PeerIdentity), before gloo's own rendezvous, whose
-// keys differ between gloo versions: then the ranks that never came can be named whatever
-// libtorch is underneath, and the others learn who is behind each gloo connection.
-std::string arrival_key(int rank) { return "ddp_arrived/" + std::to_string(rank); }
 
 std::vector<int> ranks_that_arrived(c10d::Store& store, int group_size) {
   std::vector<int> arrived;
@@ -36,20 +23,6 @@ std::vector<int> ranks_that_arrived(c10d::Store& store, int group_size) {
     }
   }
   return arrived;
-}
-
-// Who each arrived group rank said it is; pid 0 for the others (Python ranks publish nothing).
-std::vector<PeerIdentity> members_that_arrived(c10d::Store& store, int group_size) {
-  std::vector<PeerIdentity> members(group_size);
-  for (int rank : ranks_that_arrived(store, group_size)) {
-    try {
-      auto published = store.get(arrival_key(rank));
-      members[rank] = PeerIdentity::parse(std::string(published.begin(), published.end()));
-    } catch (const std::exception&) {
-      // The store is gone: learn_gloo_peers reports it.
-    }
-  }
-  return members;
 }
 
 // All ranks time out together. For the world group, group rank 0 hosts the store: if it exits
@@ -105,9 +78,9 @@ std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>
   }
   c10::intrusive_ptr<GlooWithConnections> group;
   try {
-    const auto me = PeerIdentity::of_this_process(current_global_rank()).text();
-    store->set(arrival_key(group_rank), std::vector<uint8_t>(me.begin(), me.end()));
-    group = c10::make_intrusive<GlooWithConnections>(store, group_rank, group_size, options);
+    group = connect_gloo_group(store, group_rank, group_size, options, timeout, operation);
+  } catch (const DistributedError&) {
+    throw;
   } catch (const std::exception& error) {
     std::vector<int> arrived = ranks_that_arrived(*store, group_size);
     wait_until_every_arrived_rank_has_looked(*store, group_rank, arrived, timeout);
@@ -127,8 +100,6 @@ std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>
     }
     rethrow_backend_failure(operation, error);
   }
-  learn_gloo_peers(group->connections(), *store, group_rank,
-                   members_that_arrived(*store, group_size), timeout, operation);
   C10dTraits traits;
   traits.name = "gloo";
   traits.bfloat16 = false;  // ProcessGroupGloo's reductions have no bfloat16 kernel

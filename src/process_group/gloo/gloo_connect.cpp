@@ -1,0 +1,210 @@
+#include "process_group/gloo/gloo_connect.h"
+
+#include <future>
+#include <optional>
+#include <thread>
+
+#include "common/error_context.h"
+#include "common/peer_directory.h"
+#include "process_group/gloo/gloo_peers.h"
+#include "process_group/process_state.h"
+
+namespace ddp::detail {
+namespace {
+
+constexpr auto kConnectAllowance = std::chrono::seconds(5);
+constexpr auto kLookEvery = std::chrono::milliseconds(250);
+
+// A member's note when it gave up: "LOST <identity text>" when it knew which member was lost,
+// "WHY <its error>" otherwise.
+std::string note_key(int group_rank) { return "ddp_gave_up/" + std::to_string(group_rank); }
+const std::string kLost = "LOST ";
+const std::string kWhy = "WHY ";
+
+std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
+std::string text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+// What this member knows of the others while the group is being made. Every request to the
+// store may fail once the store's host (group rank 0) has exited: what is known then stays.
+class MemberWatch {
+ public:
+  MemberWatch(c10d::Store& store, int group_rank, int group_size, std::string operation)
+      : store_(store), me_(group_rank), members_(group_size), operation_(std::move(operation)) {}
+
+  // Throws what this member should report now, once it has left its own note: a member that
+  // another one found lost, the failure another member noted, or a member that exited on this
+  // host without a note (it crashed, or was killed).
+  void look() {
+    read_new_arrivals();
+    for (int member = 0; member < size(); ++member) {
+      if (member == me_) continue;
+      if (auto note = note_of(member)) report(member, *note);
+    }
+    for (int member = 0; member < size(); ++member) {
+      if (member == me_ || !members_[member].known_to_have_exited()) continue;
+      // It may have left a note just before it exited, after the loop above read none.
+      if (auto note = note_of(member)) report(member, *note);
+      leave_note(kLost + members_[member].text());
+      fail_peer_lost(operation_,
+                     members_[member].describe() +
+                         " exited after it arrived, while the gloo group was being made: its "
+                         "own output says why.",
+                     members_[member].rank, members_[member].host);
+    }
+  }
+
+  // The other members that said who they are, for a message.
+  std::string others() const {
+    std::string list;
+    for (int member = 0; member < size(); ++member) {
+      if (member == me_ || members_[member].pid == 0) continue;
+      list += (list.empty() ? "" : ", ") + members_[member].describe();
+    }
+    return list;
+  }
+
+  void leave_note(const std::string& note) {
+    if (noted_) return;
+    noted_ = true;
+    try {
+      store_.set(note_key(me_), bytes(note));
+    } catch (const std::exception&) {
+      // The store is gone: nobody is left to read it.
+    }
+  }
+
+  // Group rank 0 hosts the store: before it reports (and its program most likely exits), it
+  // gives the other members up to kConnectAllowance to read the notes and leave their own.
+  void wait_for_the_others_to_give_up() {
+    if (me_ != 0) return;
+    const auto deadline = std::chrono::steady_clock::now() + kConnectAllowance;
+    while (std::chrono::steady_clock::now() < deadline) {
+      read_new_arrivals();
+      bool all_done = true;
+      for (int member = 1; member < size() && all_done; ++member) {
+        all_done = members_[member].pid == 0 || members_[member].known_to_have_exited() ||
+                   note_of(member).has_value();
+      }
+      if (all_done) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+ private:
+  int size() const { return static_cast<int>(members_.size()); }
+
+  void read_new_arrivals() {
+    for (int member = 0; member < size(); ++member) {
+      if (members_[member].pid != 0) continue;
+      try {
+        if (store_.check({arrival_key(member)})) {
+          members_[member] = PeerIdentity::parse(text(store_.get(arrival_key(member))));
+        }
+      } catch (const std::exception&) {
+        return;
+      }
+    }
+  }
+
+  std::optional<std::string> note_of(int member) {
+    try {
+      if (store_.check({note_key(member)})) return text(store_.get(note_key(member)));
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
+  }
+
+  [[noreturn]] void report(int member, const std::string& note) {
+    const std::string finder = members_[member].pid != 0
+                                   ? members_[member].describe()
+                                   : "group rank " + std::to_string(member);
+    leave_note(note);
+    if (starts_with(note, kLost)) {
+      const auto lost = PeerIdentity::parse(note.substr(kLost.size()));
+      fail_peer_lost(operation_,
+                     lost.describe() +
+                         " exited after it arrived, while the gloo group was being made (" +
+                         finder + " found it): its own output says why.",
+                     lost.rank, lost.host);
+    }
+    fail<DistributedError>(operation_, finder + " could not join the gloo group, so neither can "
+                                           "this rank. It said: " +
+                                           note.substr(kWhy.size()));
+  }
+
+  c10d::Store& store_;
+  const int me_;
+  std::vector<PeerIdentity> members_;  // pid 0: not arrived yet (or a Python rank)
+  const std::string operation_;
+  bool noted_ = false;
+};
+
+// Who each arrived group rank said it is; pid 0 for the others (Python ranks say nothing).
+std::vector<PeerIdentity> members_that_arrived(c10d::Store& store, int group_size) {
+  std::vector<PeerIdentity> members(group_size);
+  for (int rank = 0; rank < group_size; ++rank) {
+    if (store.check({arrival_key(rank)})) {
+      members[rank] = PeerIdentity::parse(text(store.get(arrival_key(rank))));
+    }
+  }
+  return members;
+}
+
+}  // namespace
+
+std::string arrival_key(int group_rank) { return "ddp_arrived/" + std::to_string(group_rank); }
+
+c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
+    const c10::intrusive_ptr<c10d::Store>& store, int group_rank, int group_size,
+    const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options,
+    std::chrono::milliseconds timeout, const std::string& operation) {
+  store->set(arrival_key(group_rank),
+             bytes(PeerIdentity::of_this_process(current_global_rank()).text()));
+  auto made = std::make_shared<std::promise<c10::intrusive_ptr<GlooWithConnections>>>();
+  auto group = made->get_future();
+  std::thread([made, store, group_rank, group_size, options, timeout, operation] {
+    try {
+      auto group =
+          c10::make_intrusive<GlooWithConnections>(store, group_rank, group_size, options);
+      learn_gloo_peers(group->connections(), *store, group_rank,
+                       members_that_arrived(*store, group_size), timeout, operation);
+      made->set_value(std::move(group));
+    } catch (...) {
+      made->set_exception(std::current_exception());
+    }
+  }).detach();
+  const auto deadline = std::chrono::steady_clock::now() + timeout + kConnectAllowance;
+  MemberWatch watch(*store, group_rank, group_size, operation);
+  try {
+    while (group.wait_for(kLookEvery) != std::future_status::ready) {
+      watch.look();
+      if (std::chrono::steady_clock::now() < deadline) continue;
+      const std::string others = watch.others();
+      fail<TimeoutError>(
+          operation,
+          "gloo did not connect the group within " +
+              std::to_string((timeout + kConnectAllowance).count()) + " ms (the timeout and " +
+              std::to_string(kConnectAllowance.count()) +
+              " s to connect): a rank stopped, or exited on another host, after it arrived. "
+              "Look at the output of the other ranks" +
+              (others.empty() ? std::string() : " (" + others + ")") +
+              "; if all of them are still running, a firewall may block gloo's ports between "
+              "hosts.");
+    }
+    try {
+      return group.get();
+    } catch (const std::exception&) {
+      watch.look();  // a member found lost explains gloo's error ("Connection refused") best
+      throw;
+    }
+  } catch (const std::exception& error) {
+    watch.leave_note(kWhy + error.what());
+    watch.wait_for_the_others_to_give_up();
+    throw;
+  }
+}
+
+}  // namespace ddp::detail
