@@ -35,17 +35,20 @@ class MemberWatch {
       : store_(store), me_(group_rank), members_(group_size), operation_(std::move(operation)) {}
 
   // Throws what this member should report now, once it has left its own note: a member that
-  // another one found lost, the failure another member noted, or a member that exited on this
-  // host without a note (it crashed, or was killed).
+  // another one found lost, a member that exited on this host without a note (it crashed, or
+  // was killed), or what a member that exited after it gave up said. A member that gave up for
+  // a reason of its own (a timeout, which every member meets at about the same time) is not
+  // followed while it is there: each member makes its own diagnosis of such a failure.
   void look() {
     read_new_arrivals();
     for (int member = 0; member < size(); ++member) {
       if (member == me_) continue;
-      if (auto note = note_of(member)) report(member, *note);
+      auto note = note_of(member);
+      if (note && starts_with(*note, kLost)) report(member, *note);
     }
     for (int member = 0; member < size(); ++member) {
       if (member == me_ || !members_[member].known_to_have_exited()) continue;
-      // It may have left a note just before it exited, after the loop above read none.
+      // It may have left a note just before it exited, after the loop above read it.
       if (auto note = note_of(member)) report(member, *note);
       leave_note(kLost + members_[member].text());
       fail_peer_lost(operation_,
@@ -130,8 +133,8 @@ class MemberWatch {
                          finder + " found it): its own output says why.",
                      lost.rank, lost.host);
     }
-    fail<DistributedError>(operation_, finder + " could not join the gloo group, so neither can "
-                                           "this rank. It said: " +
+    fail<DistributedError>(operation_, finder + " gave up making the gloo group and exited, so "
+                                           "this rank cannot make it either. It said: " +
                                            note.substr(kWhy.size()));
   }
 
@@ -201,7 +204,8 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
       throw;
     }
   } catch (const std::exception& error) {
-    watch.leave_note(kWhy + error.what());
+    const std::string what = error.what();
+    watch.leave_note(kWhy + what.substr(0, what.find('\n')));  // without c10's backtrace
     watch.wait_for_the_others_to_give_up();
     throw;
   }
