@@ -362,12 +362,13 @@ TEST(Failure, RanksDisagreeingOnTheWorldSizeAreRefusedNamingBothSizes) {
 
 namespace {
 
-// Kills this process (SIGKILL, as a crash) the moment the store holds gloo's address of `rank`
-// in the world group: the rank dies right after publishing it, while the others connect to it.
+// Sends this process `signal` (SIGKILL: a crash; SIGSTOP: a hang) the moment the store holds
+// gloo's address of `rank` in the world group: the rank dies or stops right after publishing it,
+// while the others connect to it.
 // gloo's keys: "<group>/<device index>/<rank>" under the world's store (1.13), with the device
 // backend's "cpu/" level in between (2.x).
-void die_once_gloo_address_is_published(int rank) {
-  std::thread([rank] {
+void signal_once_gloo_address_is_published(int rank, int signal) {
+  std::thread([rank, signal] {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
     options.waitWorkers = false;
@@ -385,7 +386,8 @@ void die_once_gloo_address_is_published(int rank) {
     const std::string r = std::to_string(rank);
     while (store) {
       if (store->check({"default_pg/0/0/" + r}) || store->check({"default_pg/0//cpu//0/" + r})) {
-        ::raise(SIGKILL);
+        ::raise(signal);
+        return;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
@@ -403,7 +405,7 @@ TEST(Failure, RankThatDiesDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
     launch.world_size = 3;
     launch.timeout = std::chrono::seconds(40);
     auto outcomes = run_ranks(launch, [backend](int rank) {
-      if (rank == 2) die_once_gloo_address_is_published(2);
+      if (rank == 2) signal_once_gloo_address_is_published(2, SIGKILL);
       auto start = std::chrono::steady_clock::now();
       try {
         ddp::init_process_group(ddp::InitOptions().backend(backend).timeout(kShortTimeout));
@@ -426,3 +428,34 @@ TEST(Failure, RankThatDiesDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
   }
 }
 
+// A rank that stops (alive, but no longer answering) right after it published its gloo address:
+// the others cannot see it gone, and give up within the timeout + 10 s (where gloo alone would
+// wait five times the timeout) with a TimeoutError that names it among the ranks to look at: at
+// the timeout + 5 s if their gloo group is not made, or at the timeout after it was made, when
+// the stopped rank does not say who is behind its connections.
+TEST(Failure, RankThatStopsDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
+  auto* stopped_pid = static_cast<std::atomic<int>*>(::mmap(
+      nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(stopped_pid, MAP_FAILED);
+  stopped_pid->store(0);
+  Launch launch;
+  launch.world_size = 3;
+  launch.timeout = std::chrono::seconds(40);
+  auto outcomes = run_ranks(launch, [stopped_pid](int rank) {
+    if (rank == 2) {
+      stopped_pid->store(::getpid());
+      signal_once_gloo_address_is_published(2, SIGSTOP);
+    }
+    auto start = std::chrono::steady_clock::now();
+    auto error = expect_error<ddp::TimeoutError>(
+        [] { ddp::init_process_group(ddp::InitOptions().backend("gloo").timeout(kShortTimeout)); },
+        {"rank 2 (pid"});
+    EXPECT_EQ(error.operation(), "init_process_group");
+    std::fprintf(stderr, "after %.0f ms: %s\n", elapsed_ms(start), error.what());
+    EXPECT_LT(elapsed_ms(start), 4000 + 10000);
+    if (rank == 0) ::kill(stopped_pid->load(), SIGKILL);  // rank 2 stays stopped otherwise
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].describe();
+  EXPECT_EQ(outcomes[1].exit_code, 0) << outcomes[1].describe();
+  EXPECT_EQ(outcomes[2].signal, SIGKILL) << outcomes[2].describe();
+}

@@ -14,11 +14,15 @@ namespace {
 
 constexpr auto kConnectAllowance = std::chrono::seconds(5);
 constexpr auto kLookEvery = std::chrono::milliseconds(250);
+// How long group rank 0 waits for the others to give up too (they look every kLookEvery); with
+// kConnectAllowance, every failure to make the group is reported within the timeout + 8 s.
+constexpr auto kWaitForTheOthers = std::chrono::seconds(3);
 
 // A member's note when it gave up: "LOST <identity text>" when it knew which member was lost,
-// "WHY <its error>" otherwise.
+// "TIMEOUT <its error>" when it gave up waiting, "WHY <its error>" otherwise.
 std::string note_key(int group_rank) { return "ddp_gave_up/" + std::to_string(group_rank); }
 const std::string kLost = "LOST ";
+const std::string kTimeout = "TIMEOUT ";
 const std::string kWhy = "WHY ";
 
 std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
@@ -32,7 +36,11 @@ bool starts_with(const std::string& text, const std::string& prefix) {
 class MemberWatch {
  public:
   MemberWatch(c10d::Store& store, int group_rank, int group_size, std::string operation)
-      : store_(store), me_(group_rank), members_(group_size), operation_(std::move(operation)) {}
+      : store_(store),
+        me_(group_rank),
+        members_(group_size),
+        operation_(std::move(operation)),
+        notes_(group_size) {}
 
   // Throws what this member should report now, once it has left its own note: a member that
   // another one found lost, a member that exited on this host without a note (it crashed, or
@@ -80,10 +88,10 @@ class MemberWatch {
   }
 
   // Group rank 0 hosts the store: before it reports (and its program most likely exits), it
-  // gives the other members up to kConnectAllowance to read the notes and leave their own.
+  // gives the other members up to kWaitForTheOthers to read the notes and leave their own.
   void wait_for_the_others_to_give_up() {
     if (me_ != 0) return;
-    const auto deadline = std::chrono::steady_clock::now() + kConnectAllowance;
+    const auto deadline = std::chrono::steady_clock::now() + kWaitForTheOthers;
     while (std::chrono::steady_clock::now() < deadline) {
       read_new_arrivals();
       bool all_done = true;
@@ -112,12 +120,14 @@ class MemberWatch {
     }
   }
 
+  // A member's note, kept once read: the store goes when group rank 0 exits.
   std::optional<std::string> note_of(int member) {
+    if (notes_[member]) return notes_[member];
     try {
-      if (store_.check({note_key(member)})) return text(store_.get(note_key(member)));
+      if (store_.check({note_key(member)})) notes_[member] = text(store_.get(note_key(member)));
     } catch (const std::exception&) {
     }
-    return std::nullopt;
+    return notes_[member];
   }
 
   [[noreturn]] void report(int member, const std::string& note) {
@@ -133,14 +143,19 @@ class MemberWatch {
                          finder + " found it): its own output says why.",
                      lost.rank, lost.host);
     }
-    fail<DistributedError>(operation_, finder + " gave up making the gloo group and exited, so "
-                                           "this rank cannot make it either. It said: " +
-                                           note.substr(kWhy.size()));
+    const std::string cause = finder +
+                              " gave up making the gloo group and exited, so this rank cannot "
+                              "make it either. It said: ";
+    if (starts_with(note, kTimeout)) {
+      fail<TimeoutError>(operation_, cause + note.substr(kTimeout.size()));
+    }
+    fail<DistributedError>(operation_, cause + note.substr(kWhy.size()));
   }
 
   c10d::Store& store_;
   const int me_;
   std::vector<PeerIdentity> members_;  // pid 0: not arrived yet (or a Python rank)
+  std::vector<std::optional<std::string>> notes_;  // by member, once read
   const std::string operation_;
   bool noted_ = false;
 };
@@ -195,7 +210,8 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
               "Look at the output of the other ranks" +
               (others.empty() ? std::string() : " (" + others + ")") +
               "; if all of them are still running, a firewall may block gloo's ports between "
-              "hosts.");
+              "hosts, or a process that is not one of the job's ranks changed the addresses in "
+              "the store (its port must not be reachable by untrusted processes).");
     }
     try {
       return group.get();
@@ -205,7 +221,11 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
     }
   } catch (const std::exception& error) {
     const std::string what = error.what();
-    watch.leave_note(kWhy + what.substr(0, what.find('\n')));  // without c10's backtrace
+    const bool timed_out = dynamic_cast<const TimeoutError*>(&error) != nullptr ||
+                           what.find("timeout") != std::string::npos ||
+                           what.find("imed out") != std::string::npos;
+    // The first line: c10's errors carry a backtrace after it.
+    watch.leave_note((timed_out ? kTimeout : kWhy) + what.substr(0, what.find('\n')));
     watch.wait_for_the_others_to_give_up();
     throw;
   }

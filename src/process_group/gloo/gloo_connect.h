@@ -9,7 +9,7 @@
 //   members that have exited on this host, and for what the other members found;
 // - a member that gives up leaves a note in the store ("rank 2 is lost", or its error), so that
 //   members on other hosts, which cannot see that process, learn it at their next look;
-// - group rank 0, whose process hosts the store, waits a little for the others to have read the
+// - group rank 0, whose process hosts the store, waits up to 3 s for the others to have read the
 //   notes before it reports, as a rank that exits at once would take the store with it;
 // - past the timeout plus kConnectAllowance, the caller reports a TimeoutError. The thread is
 //   left to end when gloo gives up; it holds the store and the half-made group until then.
