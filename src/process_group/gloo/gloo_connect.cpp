@@ -155,9 +155,9 @@ class MemberWatch {
   c10d::Store& store_;
   const int me_;
   std::vector<PeerIdentity> members_;  // pid 0: not arrived yet (or a Python rank)
-  std::vector<std::optional<std::string>> notes_;  // by member, once read
   const std::string operation_;
   bool noted_ = false;
+  std::vector<std::optional<std::string>> notes_;  // by member, once read
 };
 
 // Who each arrived group rank said it is; pid 0 for the others (Python ranks say nothing).
