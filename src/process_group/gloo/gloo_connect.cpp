@@ -1,5 +1,6 @@
 #include "process_group/gloo/gloo_connect.h"
 
+#include <algorithm>
 #include <future>
 #include <optional>
 #include <thread>
@@ -21,6 +22,8 @@ constexpr auto kWaitForTheOthers = std::chrono::seconds(3);
 // A member's note when it gave up: "LOST <identity text>" when it knew which member was lost,
 // "TIMEOUT <its error>" when it gave up waiting, "WHY <its error>" otherwise.
 std::string note_key(int group_rank) { return "ddp_gave_up/" + std::to_string(group_rank); }
+// How many notes there are: one request tells whether there is any new one to read.
+const std::string kNoteCountKey = "ddp_gave_up_count";
 const std::string kLost = "LOST ";
 const std::string kTimeout = "TIMEOUT ";
 const std::string kWhy = "WHY ";
@@ -49,10 +52,12 @@ class MemberWatch {
   // followed while it is there: each member makes its own diagnosis of such a failure.
   void look() {
     read_new_arrivals();
-    for (int member = 0; member < size(); ++member) {
-      if (member == me_) continue;
-      auto note = note_of(member);
-      if (note && starts_with(*note, kLost)) report(member, *note);
+    if (new_notes()) {
+      for (int member = 0; member < size(); ++member) {
+        if (member == me_) continue;
+        auto note = note_of(member);
+        if (note && starts_with(*note, kLost)) report(member, *note);
+      }
     }
     for (int member = 0; member < size(); ++member) {
       if (member == me_ || !members_[member].known_to_have_exited()) continue;
@@ -82,6 +87,7 @@ class MemberWatch {
     noted_ = true;
     try {
       store_.set(note_key(me_), bytes(note));
+      store_.add(kNoteCountKey, 1);
     } catch (const std::exception&) {
       // The store is gone: nobody is left to read it.
     }
@@ -117,6 +123,18 @@ class MemberWatch {
       } catch (const std::exception&) {
         return;
       }
+    }
+  }
+
+  // True when members left notes since the last call.
+  bool new_notes() {
+    try {
+      const int64_t count = store_.add(kNoteCountKey, 0);
+      if (count == notes_counted_) return false;
+      notes_counted_ = count;
+      return true;
+    } catch (const std::exception&) {
+      return false;
     }
   }
 
@@ -158,6 +176,7 @@ class MemberWatch {
   const std::string operation_;
   bool noted_ = false;
   std::vector<std::optional<std::string>> notes_;  // by member, once read
+  int64_t notes_counted_ = 0;
 };
 
 // Who each arrived group rank said it is; pid 0 for the others (Python ranks say nothing).
@@ -195,9 +214,11 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
     }
   }).detach();
   const auto deadline = std::chrono::steady_clock::now() + timeout + kConnectAllowance;
+  // Every member's look costs the store a request or two: large groups look less often.
+  const auto look_every = kLookEvery * std::max(1, group_size / 16);
   MemberWatch watch(*store, group_rank, group_size, operation);
   try {
-    while (group.wait_for(kLookEvery) != std::future_status::ready) {
+    while (group.wait_for(look_every) != std::future_status::ready) {
       watch.look();
       if (std::chrono::steady_clock::now() < deadline) continue;
       const std::string others = watch.others();

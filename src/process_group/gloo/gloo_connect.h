@@ -5,8 +5,9 @@
 // its pairs one after another: a rank that died just after it published its address held the
 // others for 5x the timeout and more, and they could not say who it was. So:
 // - every member says it has arrived, and who it is (PeerIdentity), before gloo's rendezvous;
-// - the group is made on a thread of its own, while the caller looks, four times a second, for
-//   members that have exited on this host, and for what the other members found;
+// - the group is made on a thread of its own, while the caller looks, four times a second (less
+//   often in groups of over 31), for members that have exited on this host, and for what the
+//   other members found;
 // - a member that gives up leaves a note in the store ("rank 2 is lost", or its error), so that
 //   members on other hosts, which cannot see that process, learn it at their next look;
 // - group rank 0, whose process hosts the store, waits up to 3 s for the others to have read the

@@ -4,6 +4,8 @@
 #include <gloo/transport/context.h>
 
 #include <sstream>
+#include <stdexcept>
+#include <thread>
 
 #include "common/error_context.h"
 #include "common/peer_directory.h"
@@ -65,7 +67,15 @@ void learn_gloo_peers(const std::vector<std::shared_ptr<::gloo::Context>>& conte
   }
   try {
     store.set(peer_key(group_rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-    if (!keys.empty()) store.wait(keys, timeout);
+    // Polled, not store.wait: a wait holds the store client for its whole length, and the
+    // thread that watches for lost members (gloo_connect.h) must get its requests through.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!keys.empty() && !store.check(keys)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw std::runtime_error("timed out waiting for the other members' connections");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     for (const auto& key : keys) remember(store.get(key));
   } catch (const std::exception& error) {
     std::string silent;
