@@ -21,6 +21,10 @@ std::string peer_address(const std::string& what) {
 
 }  // namespace
 
+bool reports_a_timeout(const std::string& what) {
+  return contains(what, "imed out") || contains(what, "Timeout") || contains(what, "timeout");
+}
+
 std::string context(const std::string& operation) {
   int rank = current_global_rank();
   return "[rank " + (rank < 0 ? std::string("?") : std::to_string(rank)) + "] ddp::" + operation;
@@ -107,7 +111,7 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
             "most one rank per GPU), or let ranks share a GPU through backend(\"gloo\").",
         rank, call);
   }
-  if (contains(what, "imed out") || contains(what, "Timeout") || contains(what, "timeout")) {
+  if (reports_a_timeout(what)) {
     throw TimeoutError(
         message +
             (peer ? " The peer that did not answer: " + peer->describe() + "." : std::string()) +

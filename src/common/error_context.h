@@ -41,6 +41,9 @@ template <typename Error = DistributedError>
 [[noreturn]] void rethrow_backend_failure(const std::string& operation,
                                           const std::exception& error);
 
+/// True when a backend's message (c10d's, gloo's) says it gave up waiting.
+bool reports_a_timeout(const std::string& what);
+
 /// Joins integers: {1, 3} -> "1, 3".
 std::string join_ints(const std::vector<int>& values);
 

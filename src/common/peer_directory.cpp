@@ -32,15 +32,20 @@ bool names(const std::string& text, const std::string& address) {
   return false;
 }
 
-// "BOOT_ID/pid:[INODE]", or "" when /proc does not say.
-std::string this_pid_space() {
-  std::ifstream boot_file("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  std::getline(boot_file, boot_id);
-  char pid_namespace[64] = {};
-  const auto length = ::readlink("/proc/self/ns/pid", pid_namespace, sizeof(pid_namespace) - 1);
-  if (boot_id.empty() || length <= 0) return "";
-  return boot_id + "/" + std::string(pid_namespace, static_cast<size_t>(length));
+// "BOOT_ID/pid:[INODE]", or "" when /proc does not say. Read once: neither changes while the
+// process lives, and it is compared for every peer at every look.
+const std::string& this_pid_space() {
+  static const std::string space = [] {
+    std::ifstream boot_file("/proc/sys/kernel/random/boot_id");
+    std::string boot_id;
+    std::getline(boot_file, boot_id);
+    char pid_namespace[64] = {};
+    const auto length =
+        ::readlink("/proc/self/ns/pid", pid_namespace, sizeof(pid_namespace) - 1);
+    if (boot_id.empty() || length <= 0) return std::string();
+    return boot_id + "/" + std::string(pid_namespace, static_cast<size_t>(length));
+  }();
+  return space;
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #include "common/error_context.h"
 #include "process_group/c10d_backend.h"
 #include "process_group/gloo/gloo_connect.h"
-#include "process_group/process_state.h"
 
 namespace ddp::detail {
 namespace {

@@ -242,9 +242,8 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
     }
   } catch (const std::exception& error) {
     const std::string what = error.what();
-    const bool timed_out = dynamic_cast<const TimeoutError*>(&error) != nullptr ||
-                           what.find("timeout") != std::string::npos ||
-                           what.find("imed out") != std::string::npos;
+    const bool timed_out =
+        dynamic_cast<const TimeoutError*>(&error) != nullptr || reports_a_timeout(what);
     // The first line: c10's errors carry a backtrace after it.
     watch.leave_note((timed_out ? kTimeout : kWhy) + what.substr(0, what.find('\n')));
     watch.wait_for_the_others_to_give_up();
