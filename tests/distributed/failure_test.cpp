@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -367,8 +369,13 @@ namespace {
 // while the others connect to it.
 // gloo's keys: "<group>/<device index>/<rank>" under the world's store (1.13), with the device
 // backend's "cpu/" level in between (2.x).
+//
+// Returns once the watching thread is connected to the store (within 20 s): a thread still
+// connecting when the rank goes on could notice the address only after the rank had joined.
 void signal_once_gloo_address_is_published(int rank, int signal) {
-  std::thread([rank, signal] {
+  auto connected = std::make_shared<std::promise<void>>();
+  auto ready = connected->get_future();
+  std::thread([rank, signal, connected] {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
     options.waitWorkers = false;
@@ -383,6 +390,7 @@ void signal_once_gloo_address_is_published(int rank, int signal) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     }
+    connected->set_value();
     const std::string r = std::to_string(rank);
     while (store) {
       if (store->check({"default_pg/0/0/" + r}) || store->check({"default_pg/0//cpu//0/" + r})) {
@@ -392,6 +400,8 @@ void signal_once_gloo_address_is_published(int rank, int signal) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }).detach();
+  ASSERT_EQ(ready.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "the store never listened";
 }
 
 }  // namespace
