@@ -13,6 +13,7 @@
 #include "common/error_context.h"
 #include "compat/libtorch_compat.h"
 #include "rendezvous/listener_probe.h"
+#include "rendezvous/stalled_client_limit.h"
 
 namespace ddp::rendezvous {
 namespace {
@@ -58,6 +59,9 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
   }
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(spec.host, options);
+    if (options.isServer) {
+      limit_stalled_store_clients(store->getPort(), stalled_client_limit(reported));
+    }
     if (!spec.use_agent_store) return store;
     return c10::make_intrusive<c10d::PrefixStore>(
         "/worker/attempt_" + std::to_string(spec.restart_count), store);

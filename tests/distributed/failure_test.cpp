@@ -469,3 +469,101 @@ TEST(Failure, RankThatStopsDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
   EXPECT_EQ(outcomes[1].exit_code, 0) << outcomes[1].describe();
   EXPECT_EQ(outcomes[2].signal, SIGKILL) << outcomes[2].describe();
 }
+
+namespace {
+
+// Connects to the store of this test's job as soon as it listens, as a stray client would, and
+// sends the first byte of a request (c10d's SET, with no key after it). Returns the connection.
+int send_half_a_store_request() {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(std::stoi(std::getenv("MASTER_PORT"))));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+      const char set_request = 0;
+      EXPECT_EQ(::write(fd, &set_request, 1), 1);
+      return fd;
+    }
+    ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ADD_FAILURE() << "the store never listened";
+  return -1;
+}
+
+bool readable_within(int fd, std::chrono::milliseconds limit) {
+  pollfd ready{fd, POLLIN, 0};
+  return ::poll(&ready, 1, static_cast<int>(limit.count())) == 1;
+}
+
+}  // namespace
+
+// A client of the store that sends half a request and holds its connection would freeze c10d's
+// store server for as long as it holds on (the server reads each request to its end before it
+// serves the next). Rank 0's server drops such a client once its request has not moved for
+// half the timeout, and the job goes on: during init, and later when new_group uses the store.
+TEST(Failure, AStoreClientThatSendsHalfARequestAndHoldsOnDoesNotFreezeTheJob) {
+  struct Pipe {
+    int read_end = -1, write_end = -1;
+    Pipe() {
+      int ends[2];
+      EXPECT_EQ(::pipe(ends), 0);
+      read_end = ends[0];
+      write_end = ends[1];
+    }
+    ~Pipe() {
+      ::close(read_end);
+      ::close(write_end);
+    }
+    void say() const { EXPECT_EQ(::write(write_end, "x", 1), 1); }
+    bool heard_within(std::chrono::milliseconds limit) const {
+      char x;
+      return readable_within(read_end, limit) && ::read(read_end, &x, 1) == 1;
+    }
+  };
+  const Pipe first_freeze, freeze_again, second_freeze, job_done;
+  Launch launch;
+  launch.world_size = 3;
+  launch.timeout = std::chrono::seconds(60);
+  auto outcomes = run_ranks(launch, [&](int index) {
+    if (index == 2) {  // the stray client: it holds both connections until the job is done
+      const int first = send_half_a_store_request();
+      first_freeze.say();
+      ASSERT_TRUE(freeze_again.heard_within(std::chrono::seconds(30)));
+      const int second = send_half_a_store_request();
+      second_freeze.say();
+      second_freeze.say();
+      EXPECT_TRUE(job_done.heard_within(std::chrono::seconds(40)));
+      ::close(first);
+      ::close(second);
+      return;
+    }
+    ::setenv("WORLD_SIZE", "2", 1);
+    if (index == 1) {
+      ASSERT_TRUE(first_freeze.heard_within(std::chrono::seconds(20)));
+    }
+    auto start = std::chrono::steady_clock::now();
+    ddp::init_process_group(ddp::InitOptions().backend("gloo").timeout(kShortTimeout));
+    std::fprintf(stderr, "rank %d: init done after %.0f ms\n", index, elapsed_ms(start));
+    EXPECT_LT(elapsed_ms(start), 4000 + 10000);
+    auto t = torch::full({4}, static_cast<float>(index + 1));
+    ddp::all_reduce(t);
+    EXPECT_TRUE(torch::equal(t, torch::full({4}, 3.0f)));
+
+    if (index == 0) freeze_again.say();
+    ASSERT_TRUE(second_freeze.heard_within(std::chrono::seconds(20)));
+    start = std::chrono::steady_clock::now();
+    auto pair = ddp::new_group({0, 1});
+    t = torch::full({4}, static_cast<float>(index + 1));
+    ddp::all_reduce(t, ddp::ReduceOp::SUM, pair);
+    EXPECT_TRUE(torch::equal(t, torch::full({4}, 3.0f)));
+    std::fprintf(stderr, "rank %d: new_group done after %.0f ms\n", index, elapsed_ms(start));
+    EXPECT_LT(elapsed_ms(start), 4000 + 10000);
+    ddp::destroy_process_group();
+    if (index == 0) job_done.say();
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}

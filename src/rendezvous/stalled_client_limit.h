@@ -1,0 +1,31 @@
+// Keeps one stalled client from freezing the store that rank 0 hosts.
+//
+// c10d's TCPStore server (the classic one, which ddp-cpp uses on every libtorch) serves one
+// request at a time and reads each to its end with blocking reads before it serves the next. A
+// client that sends half a request and then holds its connection (a stray or hostile process: the
+// store authenticates nobody) would freeze every rank of the job for as long as it holds on. The
+// server already drops a client whose socket fails; this gives its sockets a receive and send
+// timeout, so that a client whose request (or whose reading of an answer) stops moving for
+// `limit` fails, is dropped, and the server goes on serving the others. The server's sockets are
+// not reachable through c10d's interface: they are found among this process's descriptors by
+// their local port. The listening socket gets the timeouts too, and Linux copies them to every
+// socket it accepts from then on.
+//
+// Only a stall is bounded: a client that keeps sending a byte now and then still holds the server
+// (the store's port must not be reachable by untrusted processes). Thread-safe: reads the
+// descriptor table and sets socket options only.
+#pragma once
+
+#include <chrono>
+
+namespace ddp::rendezvous {
+
+/// How long a request may stop moving before the server drops its client: long enough for a
+/// descheduled process or a TCP retransmission, short enough to stay well inside `timeout`.
+std::chrono::milliseconds stalled_client_limit(std::chrono::milliseconds timeout);
+
+/// Gives this process's listening socket on `port` and the connections it accepted so far a
+/// receive and send timeout of `limit`. Returns how many sockets it changed (0: none found).
+int limit_stalled_store_clients(int port, std::chrono::milliseconds limit);
+
+}  // namespace ddp::rendezvous
