@@ -48,6 +48,33 @@ const std::string& this_pid_space() {
   return space;
 }
 
+// A process's state and start time, from /proc/PID/stat (the fields after its name, which may
+// hold spaces and parentheses: they start after the last ')'). Nothing when it has no entry.
+struct ProcessStat {
+  char state = '?';
+  unsigned long long start_time = 0;
+};
+std::optional<ProcessStat> stat_of(int pid) {
+  std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(stat_file, stat);
+  const auto name_end = stat.rfind(')');
+  if (name_end == std::string::npos || name_end + 2 >= stat.size()) return std::nullopt;
+  std::istringstream fields(stat.substr(name_end + 2));
+  ProcessStat found;
+  fields >> found.state;
+  // Fields 4 to 21 (man 5 proc) lie between the state (3) and the start time (22).
+  std::string skipped;
+  for (int field = 4; field <= 21; ++field) fields >> skipped;
+  fields >> found.start_time;
+  return found;
+}
+
+// A pid that means this peer: on this boot, in this PID namespace.
+bool pid_means_it(const PeerIdentity& peer) {
+  return peer.pid > 0 && !peer.pid_space.empty() && peer.pid_space == this_pid_space();
+}
+
 }  // namespace
 
 std::string PeerIdentity::describe() const {
@@ -55,13 +82,15 @@ std::string PeerIdentity::describe() const {
 }
 
 std::string PeerIdentity::text() const {
-  return std::to_string(rank) + " " + std::to_string(pid) + " " + host + " " + pid_space;
+  return std::to_string(rank) + " " + std::to_string(pid) + " " + host + " " +
+         (pid_space.empty() ? "-" : pid_space) + " " + std::to_string(start_time);
 }
 
 PeerIdentity PeerIdentity::parse(const std::string& text) {
   PeerIdentity peer;
   std::istringstream in(text);
-  in >> peer.rank >> peer.pid >> peer.host >> peer.pid_space;
+  in >> peer.rank >> peer.pid >> peer.host >> peer.pid_space >> peer.start_time;
+  if (peer.pid_space == "-") peer.pid_space.clear();
   return peer;
 }
 
@@ -73,21 +102,26 @@ PeerIdentity PeerIdentity::of_this_process(int rank) {
   me.pid = ::getpid();
   me.host = host;
   me.pid_space = this_pid_space();
+  if (auto stat = stat_of(me.pid)) me.start_time = stat->start_time;
   return me;
 }
 
 bool PeerIdentity::known_to_have_exited() const {
-  if (pid <= 0 || pid_space.empty() || pid_space != this_pid_space()) return false;
+  if (!pid_means_it(*this)) return false;
   if (::kill(pid, 0) == -1 && errno == ESRCH) return true;
   // A process that has exited but whose parent has not collected it yet (a zombie) still has a
-  // pid: its state, the field after the name in /proc/PID/stat, says so.
-  std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(stat_file, stat);
-  const auto name_end = stat.rfind(')');
-  if (name_end == std::string::npos || name_end + 2 >= stat.size()) return false;
-  const char state = stat[name_end + 2];
-  return state == 'Z' || state == 'X';
+  // pid; so has a later process that was given the same pid.
+  const auto stat = stat_of(pid);
+  if (!stat) return false;
+  if (stat->state == 'Z' || stat->state == 'X') return true;
+  return start_time != 0 && stat->start_time != start_time;
+}
+
+bool PeerIdentity::known_to_be_running() const {
+  if (!pid_means_it(*this) || (::kill(pid, 0) == -1 && errno == ESRCH)) return false;
+  const auto stat = stat_of(pid);
+  return stat && stat->state != 'Z' && stat->state != 'X' &&
+         (start_time == 0 || stat->start_time == start_time);
 }
 
 void remember_peer_address(const std::string& address, const PeerIdentity& peer) {

@@ -21,9 +21,13 @@ struct PeerIdentity {
   int rank = -1;     // global rank
   std::string host;  // its host name
   int pid = 0;
+  /// When its process started, in clock ticks since boot (/proc/PID/stat): tells it from a later
+  /// process that was given the same pid. 0 when unknown.
+  unsigned long long start_time = 0;
   /// "rank 1 (pid 4242 on host-a)"
   std::string describe() const;
-  /// "RANK PID HOST PID_SPACE", what a rank publishes in the store; parse() reads it back.
+  /// "RANK PID HOST PID_SPACE START_TIME", what a rank publishes in the store; parse() reads it
+  /// back.
   std::string text() const;
   static PeerIdentity parse(const std::string& text);
   /// This process, as `rank`.
@@ -31,6 +35,9 @@ struct PeerIdentity {
   /// True only when this process can tell for sure that the peer has exited: it ran on this
   /// host, in this process's PID namespace, and its pid is gone. False when it cannot tell.
   bool known_to_have_exited() const;
+  /// True only when this process can tell for sure that the peer still runs: it ran on this
+  /// host, in this PID namespace, and its pid is a live process that started when it did.
+  bool known_to_be_running() const;
   /// Where its pid means something: the machine's boot id and the PID namespace. Host names can
   /// repeat (containers, copied images); these cannot. Empty when unknown.
   std::string pid_space;

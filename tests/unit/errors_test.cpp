@@ -125,9 +125,10 @@ TEST(BackendFailure, AGlooAddressOfAKnownPeerNamesItsRankAndHost) {
   EXPECT_EQ(forgotten.lost_rank(), -1);
 }
 
-// A rank's identity travels through the store as text, and says when its process is known gone:
-// only where its pid means something (this machine's boot, this PID namespace).
-TEST(PeerIdentity, TellsAnExitedProcessOnlyWhereItsPidMeansSomething) {
+// A rank's identity travels through the store as text, and says when its process is known gone or
+// known to run (the same process, not a later one given its pid), only where its pid means
+// something (this machine's boot, this PID namespace).
+TEST(PeerIdentity, TellsAnExitedOrARunningProcessOnlyWhereItsPidMeansSomething) {
   auto me = ddp::detail::PeerIdentity::of_this_process(5);
   auto copy = ddp::detail::PeerIdentity::parse(me.text());
   EXPECT_EQ(copy.rank, 5);
@@ -135,7 +136,15 @@ TEST(PeerIdentity, TellsAnExitedProcessOnlyWhereItsPidMeansSomething) {
   EXPECT_EQ(copy.host, me.host);
   EXPECT_FALSE(copy.pid_space.empty());
   EXPECT_EQ(copy.pid_space, me.pid_space);
+  EXPECT_NE(copy.start_time, 0u);
+  EXPECT_EQ(copy.start_time, me.start_time);
   EXPECT_FALSE(copy.known_to_have_exited());
+  EXPECT_TRUE(copy.known_to_be_running());
+
+  auto successor = copy;  // a later process given the same pid
+  successor.start_time = copy.start_time - 1;
+  EXPECT_TRUE(successor.known_to_have_exited());
+  EXPECT_FALSE(successor.known_to_be_running());
 
   pid_t child = ::fork();
   if (child == 0) ::_exit(0);
@@ -144,8 +153,14 @@ TEST(PeerIdentity, TellsAnExitedProcessOnlyWhereItsPidMeansSomething) {
   auto gone = me;
   gone.pid = child;
   EXPECT_TRUE(gone.known_to_have_exited());
+  EXPECT_FALSE(gone.known_to_be_running());
   gone.pid_space = "another-boot/pid:[1]";
   EXPECT_FALSE(gone.known_to_have_exited());
   gone.pid_space.clear();
   EXPECT_FALSE(gone.known_to_have_exited());
+  EXPECT_EQ(ddp::detail::PeerIdentity::parse(gone.text()).pid, child);  // no pid space: still read
+
+  auto elsewhere = me;  // alive, but in a PID namespace this process cannot see into
+  elsewhere.pid_space = "another-boot/pid:[1]";
+  EXPECT_FALSE(elsewhere.known_to_be_running());
 }
