@@ -10,12 +10,13 @@
 
 #include "collectives/collective_call.h"
 #include "common/error_context.h"
+#include "common/store_text.h"
 #include "ddp/collectives.h"
 
 namespace ddp {
 namespace {
 
-std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
+using detail::bytes_of;
 
 bool wait_for_key(c10d::Store& store, const std::string& key,
                   std::chrono::steady_clock::time_point deadline) {
@@ -42,7 +43,7 @@ void monitored_barrier(std::chrono::milliseconds timeout, const ProcessGroup& gr
   const std::string release = prefix + "release";
   try {
     if (state.group_rank != 0) {
-      store.set(prefix + std::to_string(state.group_rank), bytes("1"));
+      store.set(prefix + std::to_string(state.group_rank), bytes_of("1"));
       // Rank 0 gives its verdict only when its own deadline passes: allow it the same time again.
       if (!wait_for_key(store, release, deadline + timeout)) {
         call.fail<TimeoutError>("rank " + std::to_string(state.global_ranks[0]) +
@@ -66,7 +67,7 @@ void monitored_barrier(std::chrono::milliseconds timeout, const ProcessGroup& gr
         missing.push_back(state.global_ranks[peer]);
       }
     }
-    store.set(release, bytes(missing.empty() ? "ok" : detail::join_ints(missing)));
+    store.set(release, bytes_of(missing.empty() ? "ok" : detail::join_ints(missing)));
     if (!missing.empty()) {
       call.fail<TimeoutError>(
           std::string(missing.size() == 1 ? "rank " : "ranks ") + detail::join_ints(missing) +

@@ -10,6 +10,9 @@
 //   1.13, and by the TensorImpl* itself in 2.x: optimizer_state_of / set_optimizer_state.
 // - c10d::TCPStoreOptions gained useLibUV (2.4), true by default, and a libtorch built without
 //   libuv (Debian's) refuses to host a store then: use_classic_tcp_store.
+// - c10d::TCPStoreOptions gained masterListenFd (2.2): a server can take a socket that is already
+//   bound, which ddp-cpp uses to limit stalled clients before the first one connects:
+//   hand_over_listening_socket.
 // - torch.distributed lays out a group's keys differently (1.13: "<group>/..." under the default
 //   store; 2.x: "<group>//<device>//..." per device backend, new groups under the world's store)
 //   and ends a group's creation with a store-based barrier always (1.13) or only with
@@ -65,6 +68,23 @@ void use_classic_tcp_store(StoreOptions&, long) {}  // before 2.4: the classic o
 template <typename StoreOptions>
 void use_classic_tcp_store(StoreOptions& options) {
   use_classic_tcp_store(options, 0);
+}
+
+/// Has a TCP store's server take `fd`, a socket bound to options.port, instead of binding its own,
+/// where libtorch offers it (2.2 and later); false where it does not (the caller keeps `fd`).
+template <typename StoreOptions>
+auto hand_over_listening_socket(StoreOptions& options, int fd, int)
+    -> decltype(options.masterListenFd = fd, bool()) {
+  options.masterListenFd = fd;
+  return true;
+}
+template <typename StoreOptions>
+bool hand_over_listening_socket(StoreOptions&, int, long) {
+  return false;
+}
+template <typename StoreOptions>
+bool hand_over_listening_socket(StoreOptions& options, int fd) {
+  return hand_over_listening_socket(options, fd, 0);
 }
 
 /// The store under which groups made by new_group keep theirs, and count their creation barrier:

@@ -88,7 +88,7 @@ void init_process_group(const InitOptions& options) {
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::PrefixStore>(
-        "default_pg", rendezvous::connect_store(spec, options.timeout()));
+        rendezvous::kDefaultGroupPrefix, rendezvous::connect_store(spec, options.timeout()));
   } catch (...) {
     detail::set_rank_for_messages(-1);
     throw;

@@ -7,9 +7,13 @@
 #include <sstream>
 
 #include "common/error_context.h"
+#include "common/store_text.h"
 
 namespace ddp::rendezvous {
 namespace {
+
+using detail::bytes_of;
+using detail::text_of;
 
 constexpr const char* kOperation = "init_process_group";
 constexpr const char* kDisputeKey = "ddp_rank_dispute";
@@ -19,9 +23,7 @@ std::string rank_fix(int world_size) {
          " (a launcher does), and stop stray processes of an earlier run.";
 }
 
-std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
-std::string text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
 // "pid 1234 on host-a": what a person needs to find the process.
 std::string this_process() {
@@ -33,20 +35,11 @@ std::string this_process() {
 void check_claims(c10d::Store& store, int rank, int world_size) {
   const std::string me = this_process();
   const std::string rank_key = "ddp_rank_owner/" + std::to_string(rank);
-  const std::string owner = text(store.compareSet(rank_key, {}, bytes(me)));
-  if (owner != me) {
-    // Tell the job: its ranks look for this at the end of their init (check_no_rank_dispute).
-    const std::string dispute = "rank " + std::to_string(rank) +
-                                " is claimed by two processes: " + owner + " (first) and " + me +
-                                " (second). " + rank_fix(world_size);
-    store.compareSet(kDisputeKey, {}, bytes(dispute));
-    detail::fail<MismatchError>(
-        kOperation, "rank " + std::to_string(rank) + " is claimed by two processes: " + me +
-                        " (this one) and " + owner + " (first). " + rank_fix(world_size));
-  }
+  const std::string owner = text_of(store.compareSet(rank_key, {}, bytes_of(me)));
+  if (owner != me) refuse_second_claimant(store, rank, world_size, owner, "first");
   // The first rank to get here sets the job's world size; every other rank compares its own.
   const std::string mine = std::to_string(world_size) + " " + std::to_string(rank) + " " + me;
-  std::istringstream first(text(store.compareSet("ddp_world_size", {}, bytes(mine))));
+  std::istringstream first(text_of(store.compareSet("ddp_world_size", {}, bytes_of(mine))));
   int first_size = -1;
   int first_rank = -1;
   std::string first_process;
@@ -64,16 +57,30 @@ void check_claims(c10d::Store& store, int rank, int world_size) {
 
 }  // namespace
 
+void refuse_second_claimant(c10d::Store& job_store, int rank, int world_size,
+                            const std::string& first, const std::string& about_first) {
+  const std::string me = this_process();
+  // Tell the job: its ranks look for this at the end of their init (check_no_rank_dispute).
+  const std::string dispute = "rank " + std::to_string(rank) +
+                              " is claimed by two processes: " + first + " (first) and " + me +
+                              " (second). " + rank_fix(world_size);
+  job_store.compareSet(kDisputeKey, {}, bytes_of(dispute));
+  detail::fail<MismatchError>(
+      kOperation, "rank " + std::to_string(rank) + " is claimed by two processes: " + me +
+                      " (this one) and " + first + " (" + about_first + "). " +
+                      rank_fix(world_size));
+}
+
 void check_no_rank_dispute(c10d::Store& store, int rank, int world_size,
                            std::chrono::milliseconds timeout) {
   std::string dispute;
   try {
     if (!store.check({kDisputeKey})) return;
-    dispute = text(store.get(kDisputeKey));
+    dispute = text_of(store.get(kDisputeKey));
     // Rank 0 hosts the store: it leaves only once the others have read the dispute (or a bounded
     // while), so that they report it rather than a lost store.
     if (rank != 0) {
-      store.set(kDisputeKey + std::string("/seen/") + std::to_string(rank), bytes("1"));
+      store.set(kDisputeKey + std::string("/seen/") + std::to_string(rank), bytes_of("1"));
     } else {
       std::vector<std::string> seen;
       for (int other = 1; other < world_size; ++other) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace ddp::rendezvous {
@@ -21,6 +22,12 @@ namespace ddp::rendezvous {
 /// Throws MismatchError when another process claimed `rank` in `store`, or when a rank claimed
 /// a different world size. The same process may claim again (a retried init).
 void claim_rank(c10d::Store& store, int rank, int world_size);
+
+/// Throws MismatchError: this process is the second to claim `rank`; `first` names the first
+/// claimant ("pid 12 on host-a"), `about_first` says what is known of it. Records the dispute in
+/// `job_store` (the store of the first claimant's job), whose ranks then refuse to start too.
+[[noreturn]] void refuse_second_claimant(c10d::Store& job_store, int rank, int world_size,
+                                         const std::string& first, const std::string& about_first);
 
 /// Throws MismatchError, naming both processes, when some process was refused because it claimed
 /// a rank that another process of this job holds. Called by every rank once the job is complete;

@@ -12,6 +12,7 @@
 
 #include "common/error_context.h"
 #include "compat/libtorch_compat.h"
+#include "rendezvous/file_rendezvous.h"
 #include "rendezvous/listener_probe.h"
 #include "rendezvous/stalled_client_limit.h"
 
@@ -38,6 +39,15 @@ std::string seconds(std::chrono::milliseconds timeout) {
           "address) are the same on every rank.");
 }
 
+[[noreturn]] void fail_port_in_use(const RendezvousSpec& spec) {
+  detail::fail<StoreError>(
+      "init_process_group",
+      "rank 0 cannot host the store: port " + std::to_string(spec.port) + " on " + spec.host +
+          " is already in use (another job, or a previous run still exiting). Choose another "
+          "MASTER_PORT (ddprun --master-port, or --standalone for a free one) or stop the "
+          "process that holds it.");
+}
+
 // `timeout` bounds this attempt; `reported` is the caller's whole timeout, the one to name.
 c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
                                                   std::chrono::milliseconds timeout,
@@ -57,11 +67,15 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
         wait_until_listening(spec.host, spec.port, std::chrono::steady_clock::now() + timeout);
     if (!why.empty()) fail_unreachable(spec, reported, why);
   }
+  const auto stall_limit = stalled_client_limit(reported);
+  if (options.isServer && spec.port != 0) {  // port 0: the server picks one
+    const int socket = bound_store_socket(spec.port, stall_limit);
+    if (socket < 0 && errno == EADDRINUSE) fail_port_in_use(spec);
+    if (socket >= 0 && !compat::hand_over_listening_socket(options, socket)) ::close(socket);
+  }
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(spec.host, options);
-    if (options.isServer) {
-      limit_stalled_store_clients(store->getPort(), stalled_client_limit(reported));
-    }
+    if (options.isServer) limit_stalled_store_clients(store->getPort(), stall_limit);
     if (!spec.use_agent_store) return store;
     return c10::make_intrusive<c10d::PrefixStore>(
         "/worker/attempt_" + std::to_string(spec.restart_count), store);
@@ -69,12 +83,7 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
     std::string what = first_line(error);
     if (options.isServer && (what.find("Address already in use") != std::string::npos ||
                              what.find("errno: 98") != std::string::npos)) {
-      detail::fail<StoreError>(
-          "init_process_group",
-          "rank 0 cannot host the store: port " + std::to_string(spec.port) + " on " + spec.host +
-              " is already in use (another job, or a previous run still " +
-              "exiting). Choose another MASTER_PORT (ddprun --master-port, or " +
-              "--standalone for a free one) or stop the process that holds it.");
+      fail_port_in_use(spec);
     }
     if (options.isServer) {
       detail::fail<StoreError>("init_process_group",
@@ -92,8 +101,9 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
 c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
                                                      std::chrono::milliseconds timeout) {
   if (spec.rank == 0) return connect_tcp_store(spec, timeout, timeout);
-  const std::string init_barrier = "default_pg/store_based_barrier_key:1";
-  const std::string started = std::string("default_pg/") + kJobStartedKey;
+  const std::string init_barrier =
+      std::string(kDefaultGroupPrefix) + "/store_based_barrier_key:1";
+  const std::string started = std::string(kDefaultGroupPrefix) + "/" + kJobStartedKey;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
@@ -120,10 +130,7 @@ c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
   }
 }
 
-// A FileStore file outlives a crashed run. Its keys would make the next run's rendezvous see
-// arrivals that never happened. Each rank therefore counts its arrival in the file, and all keys
-// of this run live under "generation/<(count - 1) / world_size>": after a complete earlier
-// rendezvous the counter is a multiple of world_size, so a new run lands in a fresh generation.
+// file://: a c10d FileStore, joined as file_rendezvous.h says.
 c10::intrusive_ptr<c10d::Store> connect_file_store(const RendezvousSpec& spec,
                                                    std::chrono::milliseconds timeout) {
   // c10d's FileStore retries opening its file until the timeout: a folder that is missing, or
@@ -143,12 +150,17 @@ c10::intrusive_ptr<c10d::Store> connect_file_store(const RendezvousSpec& spec,
                                   " is not writable by this process (" + std::strerror(errno) +
                                   "); every rank must be able to create and write the file");
   }
+  c10::intrusive_ptr<c10d::Store> file;
   try {
-    auto file = c10::make_intrusive<c10d::FileStore>(spec.path, spec.world_size);
+    file = c10::make_intrusive<c10d::FileStore>(spec.path, spec.world_size);
     file->setTimeout(timeout);
-    int64_t arrival = file->add("ddp_arrivals", 1);
-    int64_t generation = (arrival - 1) / spec.world_size;
-    return c10::make_intrusive<c10d::PrefixStore>("generation/" + std::to_string(generation), file);
+    return join_file_rendezvous(file, spec.rank, spec.world_size);
+  } catch (const MismatchError&) {
+    // A FileStore counts itself among the job's finished workers when it is destroyed, and the
+    // last one removes the file: a refused claimant's must not count, or the file would go while
+    // the job's last rank still uses it. Its memory goes when this process exits.
+    (void)file.release();
+    throw;
   } catch (const std::exception& error) {
     detail::fail<StoreError>("init_process_group",
                              "cannot use the rendezvous file " + spec.path + ": " +

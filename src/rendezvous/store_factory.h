@@ -3,7 +3,7 @@
 // env:// and tcp://: rank 0 hosts a c10d TCPStore, the others connect to it (under torchrun's
 // static rendezvous every rank is a client of the agent's store instead). file://: a c10d
 // FileStore, with the keys of each run under their own generation prefix, so that a file left over
-// by a crashed run does not break or hang the next one (see connect_store in the .cpp).
+// by a crashed run does not break or hang the next one (file_rendezvous.h).
 #pragma once
 
 #include <chrono>
@@ -13,7 +13,10 @@
 
 namespace ddp::rendezvous {
 
-/// In the default store ("default_pg" prefix), set by rank 0 once the world is complete: marks a
+/// The prefix of the default group's keys in the job's store, as torch.distributed names it.
+inline constexpr const char* kDefaultGroupPrefix = "default_pg";
+
+/// In the default store (kDefaultGroupPrefix), set by rank 0 once the world is complete: marks a
 /// server whose job has started (see connect_store).
 inline constexpr const char* kJobStartedKey = "ddp_job_started";
 

@@ -288,11 +288,13 @@ TEST(Failure, UnreachableStoreNamesTheWholeTimeoutWithoutFloodingTheLog) {
   });
 }
 
+namespace {
+
 // RANK 0, 1, 1, 2 with WORLD_SIZE=3: the process that claims rank 1 second is refused at once;
 // the first claimant and the other ranks are refused too, at the end of their init, each naming
 // both claimants. Rank 2 starts once the second claim is refused, so that the job cannot have
 // started before (a claimant that comes after the job started is refused alone).
-TEST(Failure, TwoProcessesClaimingOneRankAreBothRefusedNamingBoth) {
+void expect_both_claimants_refused(const std::string& init_method) {
   int refused[2];
   ASSERT_EQ(::pipe(refused), 0);
   const std::string pids = ddp::testing::fresh_path("pids");
@@ -310,7 +312,8 @@ TEST(Failure, TwoProcessesClaimingOneRankAreBothRefusedNamingBoth) {
     }
     auto start = std::chrono::steady_clock::now();
     try {
-      ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(20)));
+      ddp::init_process_group(
+          ddp::InitOptions().init_method(init_method).timeout(std::chrono::seconds(20)));
       ADD_FAILURE() << "init_process_group succeeded";
       return;
     } catch (const ddp::MismatchError& e) {
@@ -332,6 +335,18 @@ TEST(Failure, TwoProcessesClaimingOneRankAreBothRefusedNamingBoth) {
   ::close(refused[0]);
   ::close(refused[1]);
   for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}
+
+}  // namespace
+
+TEST(Failure, TwoProcessesClaimingOneRankAreBothRefusedNamingBoth) {
+  expect_both_claimants_refused("env://");
+}
+
+// The same through a rendezvous file, where the second claimant must not take a place in the
+// file's generation (rank 2 would then wait alone in the next one).
+TEST(Failure, TwoProcessesClaimingOneRankThroughAFileAreBothRefusedNamingBoth) {
+  expect_both_claimants_refused("file://" + ddp::testing::fresh_path());
 }
 
 // Whichever rank reaches the store second is refused at once with both world sizes; the other

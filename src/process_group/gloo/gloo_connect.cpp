@@ -7,6 +7,7 @@
 
 #include "common/error_context.h"
 #include "common/peer_directory.h"
+#include "common/store_text.h"
 #include "process_group/gloo/gloo_peers.h"
 #include "process_group/process_state.h"
 
@@ -28,8 +29,6 @@ const std::string kLost = "LOST ";
 const std::string kTimeout = "TIMEOUT ";
 const std::string kWhy = "WHY ";
 
-std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
-std::string text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
 }
@@ -86,7 +85,7 @@ class MemberWatch {
     if (noted_) return;
     noted_ = true;
     try {
-      store_.set(note_key(me_), bytes(note));
+      store_.set(note_key(me_), bytes_of(note));
       store_.add(kNoteCountKey, 1);
     } catch (const std::exception&) {
       // The store is gone: nobody is left to read it.
@@ -118,7 +117,7 @@ class MemberWatch {
       if (members_[member].pid != 0) continue;
       try {
         if (store_.check({arrival_key(member)})) {
-          members_[member] = PeerIdentity::parse(text(store_.get(arrival_key(member))));
+          members_[member] = PeerIdentity::parse(text_of(store_.get(arrival_key(member))));
         }
       } catch (const std::exception&) {
         return;
@@ -142,7 +141,7 @@ class MemberWatch {
   std::optional<std::string> note_of(int member) {
     if (notes_[member]) return notes_[member];
     try {
-      if (store_.check({note_key(member)})) notes_[member] = text(store_.get(note_key(member)));
+      if (store_.check({note_key(member)})) notes_[member] = text_of(store_.get(note_key(member)));
     } catch (const std::exception&) {
     }
     return notes_[member];
@@ -184,7 +183,7 @@ std::vector<PeerIdentity> members_that_arrived(c10d::Store& store, int group_siz
   std::vector<PeerIdentity> members(group_size);
   for (int rank = 0; rank < group_size; ++rank) {
     if (store.check({arrival_key(rank)})) {
-      members[rank] = PeerIdentity::parse(text(store.get(arrival_key(rank))));
+      members[rank] = PeerIdentity::parse(text_of(store.get(arrival_key(rank))));
     }
   }
   return members;
@@ -199,7 +198,7 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
     const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options,
     std::chrono::milliseconds timeout, const std::string& operation) {
   store->set(arrival_key(group_rank),
-             bytes(PeerIdentity::of_this_process(current_global_rank()).text()));
+             bytes_of(PeerIdentity::of_this_process(current_global_rank()).text()));
   auto made = std::make_shared<std::promise<c10::intrusive_ptr<GlooWithConnections>>>();
   auto group = made->get_future();
   std::thread([made, store, group_rank, group_size, options, timeout, operation] {
