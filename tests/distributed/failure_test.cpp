@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 #include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "compat/libtorch_compat.h"
@@ -349,6 +350,54 @@ TEST(Failure, TwoProcessesClaimingOneRankThroughAFileAreBothRefusedNamingBoth) {
   expect_both_claimants_refused("file://" + ddp::testing::fresh_path());
 }
 
+// A process that claims a rank of a rendezvous file's job after the job has started is refused
+// at once, alone, naming the process that holds the rank (it runs on this host); the job goes on.
+TEST(Failure, ALateClaimantOfARankInARendezvousFileIsRefusedAloneNamingTheHolder) {
+  int started[2];
+  int refused[2];
+  ASSERT_EQ(::pipe(started), 0);
+  ASSERT_EQ(::pipe(refused), 0);
+  const std::string init_method = "file://" + ddp::testing::fresh_path();
+  Launch launch;
+  launch.world_size = 3;
+  launch.set_rendezvous_env = false;
+  launch.timeout = std::chrono::seconds(40);
+  auto outcomes = run_ranks(launch, [&](int index) {
+    const auto options = ddp::InitOptions()
+                             .init_method(init_method)
+                             .rank(std::min(index, 1))
+                             .world_size(2)
+                             .timeout(std::chrono::seconds(20));
+    if (index == 2) {
+      int holder = 0;
+      ASSERT_EQ(::read(started[0], &holder, sizeof(holder)), static_cast<ssize_t>(sizeof(holder)));
+      auto start = std::chrono::steady_clock::now();
+      auto error = expect_error<ddp::MismatchError>([&] { ddp::init_process_group(options); },
+                                                   {"(this one)", "still running"});
+      EXPECT_NE(std::string(error.what()).find("pid " + std::to_string(holder) + " on "),
+                std::string::npos)
+          << error.what();
+      EXPECT_LT(elapsed_ms(start), 5000);
+      ASSERT_EQ(::write(refused[1], "x", 1), 1);
+      return;
+    }
+    ddp::init_process_group(options);
+    auto t = torch::ones({3});
+    ddp::all_reduce(t);
+    if (index == 1) {
+      const int me = ::getpid();
+      ASSERT_EQ(::write(started[1], &me, sizeof(me)), static_cast<ssize_t>(sizeof(me)));
+      char x;
+      ASSERT_EQ(::read(refused[0], &x, 1), 1);
+    }
+    ddp::all_reduce(t);
+    EXPECT_TRUE(torch::equal(t, torch::full({3}, 4.0f)));
+    ddp::destroy_process_group();
+  });
+  for (int end : {started[0], started[1], refused[0], refused[1]}) ::close(end);
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}
+
 // Whichever rank reaches the store second is refused at once with both world sizes; the other
 // waits for a world that will not come and times out.
 TEST(Failure, RanksDisagreeingOnTheWorldSizeAreRefusedNamingBothSizes) {
@@ -580,5 +629,53 @@ TEST(Failure, AStoreClientThatSendsHalfARequestAndHoldsOnDoesNotFreezeTheJob) {
     ddp::destroy_process_group();
     if (index == 0) job_done.say();
   });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
+}
+
+// A process that writes over rank 0's gloo address in the store (the store authenticates nobody):
+// every rank fails within the timeout + 10 s with a StoreError that says so (rank 1 read it, rank 0
+// learns it from rank 1's note).
+TEST(Failure, AGlooAddressWrittenOverByAnotherClientFailsTheRanksWithinTheTimeout) {
+  int overwritten[2];
+  ASSERT_EQ(::pipe(overwritten), 0);
+  Launch launch;
+  launch.world_size = 3;
+  launch.timeout = std::chrono::seconds(40);
+  auto outcomes = run_ranks(launch, [&](int index) {
+    if (index == 2) {  // the other client: waits for rank 0's gloo address, then writes over it
+      c10d::TCPStoreOptions options;
+      options.port = static_cast<uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
+      options.waitWorkers = false;
+      options.timeout = std::chrono::seconds(20);
+      ddp::compat::use_classic_tcp_store(options);
+      auto client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+      auto world = ddp::compat::group_store(
+          c10::make_intrusive<c10d::PrefixStore>("default_pg", client), "0");
+      auto gloo = c10::make_intrusive<c10d::PrefixStore>(
+          "0", ddp::compat::device_backend_store(world, "cpu"));  // gloo's device 0
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!gloo->check({"0"})) {  // rank 0's key
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank 0 never published";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      gloo->set("0", std::vector<uint8_t>{'n', 'o', 't', ' ', 'a', 'n', ' ', 'a', 'd', 'd', 'r'});
+      ASSERT_EQ(::write(overwritten[1], "x", 1), 1);
+      return;
+    }
+    ::setenv("WORLD_SIZE", "2", 1);
+    if (index == 1) {
+      ASSERT_TRUE(readable_within(overwritten[0], std::chrono::seconds(20)));
+    }
+    auto start = std::chrono::steady_clock::now();
+    auto error = expect_error<ddp::StoreError>(
+        [] { ddp::init_process_group(ddp::InitOptions().backend("gloo").timeout(kShortTimeout)); },
+        {"wrote over it"});
+    EXPECT_EQ(error.operation(), "init_process_group");
+    EXPECT_EQ(error.rank(), index);
+    std::fprintf(stderr, "rank %d after %.0f ms: %s\n", index, elapsed_ms(start), error.what());
+    EXPECT_LT(elapsed_ms(start), 4000 + 10000);
+  });
+  ::close(overwritten[0]);
+  ::close(overwritten[1]);
   for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
 }

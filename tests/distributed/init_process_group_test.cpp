@@ -173,6 +173,37 @@ TEST(InitProcessGroup, StaleFileOfACrashedRunDoesNotBreakTheNextRun) {
   }
 }
 
+// A run whose rendezvous never completed (rank 2 never came, ranks 0 and 1 gave up and exited),
+// then a run of three that crashes, then a run of two: each run gets a fresh generation of the
+// file, whatever the world size of the one before.
+TEST(InitProcessGroup, RendezvousFileOfAnIncompleteRunServesTheNextRunsWhateverTheirSize) {
+  const std::string path = ddp::testing::fresh_path();
+  ddp::testing::Launch incomplete;
+  incomplete.world_size = 3;
+  auto outcomes = ddp::testing::run_ranks(incomplete, [path](int rank) {
+    if (rank == 2) return;  // never arrives
+    EXPECT_THROW(ddp::init_process_group(ddp::InitOptions()
+                                             .init_method("file://" + path)
+                                             .timeout(std::chrono::milliseconds(1500))),
+                 ddp::TimeoutError);
+  });
+  for (const auto& outcome : outcomes) ASSERT_EQ(outcome.exit_code, 0) << outcome.describe();
+  ASSERT_TRUE(std::ifstream(path).good()) << "the incomplete run should have left its file";
+  run_ranks_ok(3, [path](int) {
+    ddp::init_process_group(
+        ddp::InitOptions().init_method("file://" + path).timeout(std::chrono::seconds(20)));
+    expect_world_sum(3);
+    std::fflush(stdout);
+    ::_exit(0);  // crashes: the file stays
+  });
+  run_ranks_ok(2, [path](int) {
+    ddp::init_process_group(
+        ddp::InitOptions().init_method("file://" + path).timeout(std::chrono::seconds(20)));
+    expect_world_sum(2);
+    ddp::destroy_process_group();
+  });
+}
+
 TEST(InitProcessGroup, EnvInitMethodReadsTorchrunVariables) {
   run_ranks_ok(3, [](int rank) {
     ddp::init_process_group();  // env:// is the default

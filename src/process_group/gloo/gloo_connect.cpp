@@ -166,6 +166,10 @@ class MemberWatch {
     if (starts_with(note, kTimeout)) {
       fail<TimeoutError>(operation_, cause + note.substr(kTimeout.size()));
     }
+    if (reports_an_unreadable_gloo_address(note)) {
+      fail<StoreError>(operation_,
+                       cause + note.substr(kWhy.size()) + "." + kUnreadableGlooAddressHelp);
+    }
     fail<DistributedError>(operation_, cause + note.substr(kWhy.size()));
   }
 
