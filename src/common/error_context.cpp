@@ -21,6 +21,13 @@ std::string peer_address(const std::string& what) {
 
 }  // namespace
 
+bool reports_a_lost_connection(const std::string& what) {
+  for (const char* sign : {"Connection closed by peer", "Connection reset", "Broken pipe"}) {
+    if (what.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
 bool reports_an_unreadable_gloo_address(const std::string& what) {
   return what.find("gloo/transport/tcp/address.cc") != std::string::npos;
 }
@@ -57,7 +64,11 @@ namespace {
 // fingerprint's all_gather), the user wants the call they made (all_reduce).
 [[noreturn]] void rethrow_for_call(const std::string& call, const DistributedError& error) {
   if (error.operation() == call || call.empty()) throw;
-  const std::string message = error.what();
+  std::string message = error.what();
+  const std::string step = "] ddp::" + error.operation();
+  if (const auto at = message.find(step); at != std::string::npos) {
+    message.replace(at, step.size(), "] ddp::" + call + " (in its step " + error.operation() + ")");
+  }
   const int rank = error.rank();
   if (const auto* lost = dynamic_cast<const PeerLostError*>(&error)) {
     throw PeerLostError(message, rank, call, lost->lost_rank(), lost->lost_host());
@@ -85,8 +96,7 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
   const int rank = reporting_rank();
   const std::string call = user_call(operation);
   auto peer = peer_named_in(what);
-  if (contains(what, "Connection closed by peer") || contains(what, "Connection reset") ||
-      contains(what, "Broken pipe")) {
+  if (reports_a_lost_connection(what)) {
     // A peer seen gone on this host is surer than the address gloo named (see
     // peer_known_to_have_exited); a peer on another host can only be named by its address.
     if (!peer || !peer->known_to_have_exited()) {
@@ -124,6 +134,8 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
     throw StoreError(message + kUnreadableGlooAddressHelp, rank, call);
   }
   if (reports_a_timeout(what)) {
+    const std::string stopped = describe_stopped(known_peers());
+    if (!stopped.empty()) throw TimeoutError(message + " " + stopped, rank, call);
     throw TimeoutError(
         message +
             (peer ? " The peer that did not answer: " + peer->describe() + "." : std::string()) +

@@ -124,6 +124,24 @@ bool PeerIdentity::known_to_be_running() const {
          (start_time == 0 || stat->start_time == start_time);
 }
 
+bool PeerIdentity::known_to_be_stopped() const {
+  if (!known_to_be_running()) return false;
+  const auto stat = stat_of(pid);
+  return stat && (stat->state == 'T' || stat->state == 't');
+}
+
+std::string describe_stopped(const std::vector<PeerIdentity>& peers) {
+  std::string stopped;
+  for (const auto& peer : peers) {
+    if (!peer.known_to_be_stopped()) continue;
+    stopped += (stopped.empty() ? "" : " ") + peer.describe() +
+               " is stopped (by SIGSTOP, Ctrl-Z or a debugger) and cannot answer until it is "
+               "continued (kill -CONT " +
+               std::to_string(peer.pid) + ") or ended.";
+  }
+  return stopped;
+}
+
 void remember_peer_address(const std::string& address, const PeerIdentity& peer) {
   std::lock_guard<std::mutex> lock(directory_mutex);
   peers_by_address[bare(address)] = peer;
@@ -137,12 +155,19 @@ std::optional<PeerIdentity> peer_named_in(const std::string& text) {
   return std::nullopt;
 }
 
-std::optional<PeerIdentity> peer_known_to_have_exited(std::chrono::milliseconds patience) {
+std::vector<PeerIdentity> known_peers() {
+  std::lock_guard<std::mutex> lock(directory_mutex);
   std::vector<PeerIdentity> peers;
-  {
-    std::lock_guard<std::mutex> lock(directory_mutex);
-    for (const auto& entry : peers_by_address) peers.push_back(entry.second);
+  for (const auto& entry : peers_by_address) {
+    bool listed = false;
+    for (const auto& peer : peers) listed = listed || peer.text() == entry.second.text();
+    if (!listed) peers.push_back(entry.second);
   }
+  return peers;
+}
+
+std::optional<PeerIdentity> peer_known_to_have_exited(std::chrono::milliseconds patience) {
+  const std::vector<PeerIdentity> peers = known_peers();
   const auto deadline = std::chrono::steady_clock::now() + patience;
   for (;;) {
     for (const auto& peer : peers) {

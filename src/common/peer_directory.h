@@ -14,6 +14,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ddp::detail {
 
@@ -38,10 +39,17 @@ struct PeerIdentity {
   /// True only when this process can tell for sure that the peer still runs: it ran on this
   /// host, in this PID namespace, and its pid is a live process that started when it did.
   bool known_to_be_running() const;
+  /// True only when this process can tell for sure that the peer is stopped (SIGSTOP, Ctrl-Z, a
+  /// debugger): it runs on this host and cannot answer until it is continued.
+  bool known_to_be_stopped() const;
   /// Where its pid means something: the machine's boot id and the PID namespace. Host names can
   /// repeat (containers, copied images); these cannot. Empty when unknown.
   std::string pid_space;
 };
+
+/// "rank 2 (pid 42 on host-a) is stopped (...).", what a timeout message should say first, for each
+/// of `peers` known to be stopped; "" when none is.
+std::string describe_stopped(const std::vector<PeerIdentity>& peers);
 
 /// Records that the connection whose far end gloo calls `address` ("[10.0.0.2]:51234") leads to
 /// `peer`.
@@ -55,6 +63,9 @@ std::optional<PeerIdentity> peer_named_in(const std::string& text);
 /// seen gone. This names the lost peer where gloo's message names an address that was not
 /// published (gloo does not always report a connection by the address its peer gave for it).
 std::optional<PeerIdentity> peer_known_to_have_exited(std::chrono::milliseconds patience);
+
+/// Every peer in the directory, once each.
+std::vector<PeerIdentity> known_peers();
 
 /// Forgets every address (destroy_process_group: the connections are closed).
 void forget_peer_addresses();

@@ -150,6 +150,40 @@ TEST(Failure, PeerThatStopsRespondingFailsTheOthersAfterTheTimeout) {
   }
 }
 
+// A peer stopped in the middle of a job (SIGSTOP, Ctrl-Z, a debugger that holds it) is named as
+// stopped when the others time out, on gloo (from the peers its connections lead to) and on shm.
+TEST(Failure, PeerStoppedDuringACollectiveIsNamedAsStoppedAtTheTimeout) {
+  for (std::string backend : {"gloo", "shm"}) {
+    auto* stopped_pid = static_cast<std::atomic<int>*>(
+        ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(stopped_pid, MAP_FAILED);
+    stopped_pid->store(0);
+    Launch launch;
+    launch.timeout = std::chrono::seconds(30);
+    auto outcomes = run_ranks(launch, [backend, stopped_pid](int rank) {
+      ddp::init_process_group(ddp::InitOptions().backend(backend).timeout(kShortTimeout));
+      auto t = torch::ones({16});
+      ddp::all_reduce(t);
+      if (rank == 1) {
+        stopped_pid->store(::getpid());
+        ::raise(SIGSTOP);  // rank 0 ends it once it has reported
+      }
+      while (stopped_pid->load() == 0) std::this_thread::yield();
+      auto error = expect_error<ddp::TimeoutError>(
+          [&] { ddp::all_reduce(t); },
+          {"[rank 0] ddp::all_reduce", ("rank 1 (pid " + std::to_string(stopped_pid->load())).c_str(),
+           "is stopped (by SIGSTOP"});
+      EXPECT_EQ(error.operation(), "all_reduce");
+      std::fprintf(stderr, "%s: %s\n", backend.c_str(), error.what());
+      ::kill(stopped_pid->load(), SIGKILL);
+    });
+    EXPECT_EQ(outcomes[0].exit_code, 0) << backend << ": " << outcomes[0].describe();
+    EXPECT_EQ(outcomes[1].signal, SIGKILL) << backend << ": " << outcomes[1].describe();
+    ::munmap(stopped_pid, sizeof(std::atomic<int>));
+  }
+}
+
 TEST(Failure, StorePortAlreadyInUseIsNamed) {
   int holder = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -523,7 +557,7 @@ TEST(Failure, RankThatStopsDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
     auto start = std::chrono::steady_clock::now();
     auto error = expect_error<ddp::TimeoutError>(
         [] { ddp::init_process_group(ddp::InitOptions().backend("gloo").timeout(kShortTimeout)); },
-        {"rank 2 (pid"});
+        {"rank 2 (pid", ") is stopped (by SIGSTOP"});
     EXPECT_EQ(error.operation(), "init_process_group");
     std::fprintf(stderr, "after %.0f ms: %s\n", elapsed_ms(start), error.what());
     EXPECT_LT(elapsed_ms(start), 4000 + 10000);
@@ -536,8 +570,18 @@ TEST(Failure, RankThatStopsDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
 
 namespace {
 
-// Connects to the store of this test's job as soon as it listens, as a stray client would, and
-// sends the first byte of a request (c10d's SET, with no key after it). Returns the connection.
+// A client of this test's job's store, as another process on the machine could make one.
+c10::intrusive_ptr<c10d::TCPStore> another_store_client() {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
+  options.waitWorkers = false;
+  options.timeout = std::chrono::seconds(20);
+  ddp::compat::use_classic_tcp_store(options);
+  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+}
+
+// Connects to the store of this test's job, as a stray client would, and sends the first byte of
+// a request (c10d's SET, with no key after it). Returns the connection.
 int send_half_a_store_request() {
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -594,6 +638,15 @@ TEST(Failure, AStoreClientThatSendsHalfARequestAndHoldsOnDoesNotFreezeTheJob) {
   launch.timeout = std::chrono::seconds(60);
   auto outcomes = run_ranks(launch, [&](int index) {
     if (index == 2) {  // the stray client: it holds both connections until the job is done
+      // Once rank 0 has claimed its rank, its server runs with its limits: on libtorch 1.13 they
+      // come an instant after the server starts (stalled_client_limit.h), and a client that
+      // connects within that instant keeps none.
+      auto client = another_store_client();
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!client->check({"default_pg/ddp_rank_owner/0"})) {
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank 0 never claimed its rank";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       const int first = send_half_a_store_request();
       first_freeze.say();
       ASSERT_TRUE(freeze_again.heard_within(std::chrono::seconds(30)));
@@ -643,12 +696,7 @@ TEST(Failure, AGlooAddressWrittenOverByAnotherClientFailsTheRanksWithinTheTimeou
   launch.timeout = std::chrono::seconds(40);
   auto outcomes = run_ranks(launch, [&](int index) {
     if (index == 2) {  // the other client: waits for rank 0's gloo address, then writes over it
-      c10d::TCPStoreOptions options;
-      options.port = static_cast<uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
-      options.waitWorkers = false;
-      options.timeout = std::chrono::seconds(20);
-      ddp::compat::use_classic_tcp_store(options);
-      auto client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+      auto client = another_store_client();
       auto world = ddp::compat::group_store(
           c10::make_intrusive<c10d::PrefixStore>("default_pg", client), "0");
       auto gloo = c10::make_intrusive<c10d::PrefixStore>(

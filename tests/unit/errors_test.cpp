@@ -2,6 +2,7 @@
 #include "ddp/errors.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,14 +90,14 @@ TEST(Errors, BackendFailuresAreClassifiedOnceWithTheirPeer) {
 }
 
 // A backend names its own step (the fingerprint's all_gather); the error keeps its type and
-// fields, and reports the user's call.
+// fields, and reports the user's call, in its fields and its text.
 TEST(Errors, OurErrorsPassThroughWithTheirTypeForTheUsersCall) {
   ddp::PeerLostError inner("[rank 0] ddp::all_gather: rank 1 exited", 0, "all_gather", 1, "");
   auto outer = as<ddp::PeerLostError>(classified("all_reduce", inner));
   EXPECT_EQ(outer.operation(), "all_reduce");
   EXPECT_EQ(outer.lost_rank(), 1);
   EXPECT_EQ(outer.rank(), 0);
-  EXPECT_STREQ(outer.what(), inner.what());
+  EXPECT_STREQ(outer.what(), "[rank 0] ddp::all_reduce (in its step all_gather): rank 1 exited");
   ddp::MismatchError mismatch("sizes differ", 1, "all_gather");
   EXPECT_EQ(as<ddp::MismatchError>(classified("reduce", mismatch)).operation(), "reduce");
   EXPECT_EQ(as<ddp::MismatchError>(classified("all_gather", mismatch)).operation(), "all_gather");
@@ -163,4 +164,34 @@ TEST(PeerIdentity, TellsAnExitedOrARunningProcessOnlyWhereItsPidMeansSomething) 
   auto elsewhere = me;  // alive, but in a PID namespace this process cannot see into
   elsewhere.pid_space = "another-boot/pid:[1]";
   EXPECT_FALSE(elsewhere.known_to_be_running());
+}
+
+// A stopped process (SIGSTOP, Ctrl-Z, a debugger) runs but cannot answer: timeouts name it so.
+TEST(PeerIdentity, TellsAStoppedProcessUntilItIsContinued) {
+  pid_t child = ::fork();
+  if (child == 0) {
+    for (;;) ::pause();
+  }
+  ASSERT_GT(child, 0);
+  auto peer = ddp::detail::PeerIdentity::of_this_process(3);
+  peer.pid = child;
+  peer.start_time = 0;  // the child's own is not known here
+  EXPECT_FALSE(peer.known_to_be_stopped());
+  EXPECT_EQ(ddp::detail::describe_stopped({peer}), "");
+
+  ASSERT_EQ(::kill(child, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  EXPECT_TRUE(peer.known_to_be_stopped());
+  EXPECT_TRUE(peer.known_to_be_running());
+  const std::string said = ddp::detail::describe_stopped({peer});
+  EXPECT_NE(said.find("rank 3 (pid " + std::to_string(child)), std::string::npos) << said;
+  EXPECT_NE(said.find("kill -CONT " + std::to_string(child)), std::string::npos) << said;
+
+  ASSERT_EQ(::kill(child, SIGCONT), 0);
+  ASSERT_EQ(::waitpid(child, &status, WCONTINUED), child);
+  EXPECT_FALSE(peer.known_to_be_stopped());
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
 }

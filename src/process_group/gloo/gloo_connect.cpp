@@ -19,6 +19,9 @@ constexpr auto kLookEvery = std::chrono::milliseconds(250);
 // How long group rank 0 waits for the others to give up too (they look every kLookEvery); with
 // kConnectAllowance, every failure to make the group is reported within the timeout + 8 s.
 constexpr auto kWaitForTheOthers = std::chrono::seconds(3);
+// How long a member whose connection to another was refused or closed waits for the other's note,
+// which says why it gave up (it leaves one within milliseconds of closing its connections).
+constexpr auto kWaitForACause = std::chrono::seconds(1);
 
 // A member's note when it gave up: "LOST <identity text>" when it knew which member was lost,
 // "TIMEOUT <its error>" when it gave up waiting, "WHY <its error>" otherwise.
@@ -71,6 +74,15 @@ class MemberWatch {
     }
   }
 
+  // The other members known to be stopped, for the start of a message (describe_stopped).
+  std::string stopped() const {
+    std::vector<PeerIdentity> others;
+    for (int member = 0; member < size(); ++member) {
+      if (member != me_ && members_[member].pid != 0) others.push_back(members_[member]);
+    }
+    return describe_stopped(others);
+  }
+
   // The other members that said who they are, for a message.
   std::string others() const {
     std::string list;
@@ -89,6 +101,22 @@ class MemberWatch {
       store_.add(kNoteCountKey, 1);
     } catch (const std::exception&) {
       // The store is gone: nobody is left to read it.
+    }
+  }
+
+  // Throws a cause that another member gave in its note (see look(), and report()) or found,
+  // waiting up to `patience` for one; returns when none came.
+  void wait_for_a_cause(std::chrono::milliseconds patience) {
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    for (;;) {
+      look();
+      for (int member = 0; member < size(); ++member) {
+        if (member == me_) continue;
+        auto note = note_of(member);
+        if (note && starts_with(*note, kWhy)) report(member, *note);
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
 
@@ -224,14 +252,18 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
     while (group.wait_for(look_every) != std::future_status::ready) {
       watch.look();
       if (std::chrono::steady_clock::now() < deadline) continue;
+      const std::string within = "gloo did not connect the group within " +
+                                 std::to_string((timeout + kConnectAllowance).count()) +
+                                 " ms (the timeout and " +
+                                 std::to_string(kConnectAllowance.count()) + " s to connect)";
+      const std::string stopped = watch.stopped();
+      if (!stopped.empty()) fail<TimeoutError>(operation, within + ": " + stopped);
       const std::string others = watch.others();
       fail<TimeoutError>(
           operation,
-          "gloo did not connect the group within " +
-              std::to_string((timeout + kConnectAllowance).count()) + " ms (the timeout and " +
-              std::to_string(kConnectAllowance.count()) +
-              " s to connect): a rank stopped, or exited on another host, after it arrived. "
-              "Look at the output of the other ranks" +
+          within +
+              ": a rank stopped, or exited on another host, after it arrived. Look at the output "
+              "of the other ranks" +
               (others.empty() ? std::string() : " (" + others + ")") +
               "; if all of them are still running, a firewall may block gloo's ports between "
               "hosts, or a process that is not one of the job's ranks changed the addresses in "
@@ -239,8 +271,15 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
     }
     try {
       return group.get();
-    } catch (const std::exception&) {
-      watch.look();  // a member found lost explains gloo's error ("Connection refused") best
+    } catch (const std::exception& error) {
+      // A member found lost explains gloo's error best. So does the note of a member that gave
+      // up for a reason of its own: its connections closed ("Connection refused") when it gave
+      // up, a moment before it left the note.
+      const std::string what = error.what();
+      if (reports_a_lost_connection(what) || what.find("Connection refused") != std::string::npos) {
+        watch.wait_for_a_cause(kWaitForACause);
+      }
+      watch.look();
       throw;
     }
   } catch (const std::exception& error) {

@@ -78,7 +78,9 @@ void learn_gloo_peers(const std::vector<std::shared_ptr<::gloo::Context>>& conte
     }
     for (const auto& key : keys) remember(store.get(key));
   } catch (const std::exception& error) {
-    std::string silent;
+    std::string silent;   // who did not publish
+    std::string waiting;  // of them, those not known to be stopped
+    std::vector<PeerIdentity> silent_members;
     for (int other : others) {
       bool published = false;
       try {
@@ -86,9 +88,21 @@ void learn_gloo_peers(const std::vector<std::shared_ptr<::gloo::Context>>& conte
       } catch (const std::exception&) {
         // The store is gone (its host, rank 0, exited): every member is in doubt.
       }
-      if (!published) silent += (silent.empty() ? "" : ", ") + members[other].describe();
+      if (published) continue;
+      silent += (silent.empty() ? "" : ", ") + members[other].describe();
+      silent_members.push_back(members[other]);
+      if (!members[other].known_to_be_stopped()) {
+        waiting += (waiting.empty() ? "" : ", ") + members[other].describe();
+      }
     }
     if (silent.empty()) rethrow_backend_failure(operation, error);
+    const std::string stopped = describe_stopped(silent_members);
+    if (!stopped.empty()) {
+      fail<TimeoutError>(operation, "the gloo group was not made within " +
+                                        std::to_string(timeout.count()) + " ms: " + stopped +
+                                        (waiting.empty() ? std::string()
+                                                         : " " + waiting + " did not go on either."));
+    }
     fail<TimeoutError>(operation, silent +
                                       " connected to this rank through gloo but did not go on "
                                       "within " +

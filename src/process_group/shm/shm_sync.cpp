@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error_context.h"
+#include "common/peer_directory.h"
 #include "process_group/shm/segment_ownership.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -107,12 +108,17 @@ void ShmSync::wait_for(int peer, uint32_t target, Clock::time_point deadline,
     if (now >= deadline) {
       // The deadline is the collective's, not this wait's: name the timeout the collective ran out
       // of.
+      const std::string timed_out = "timed out after the group timeout of " +
+                                    std::to_string(timeout_.count()) + " ms waiting for rank " +
+                                    std::to_string(global_ranks_[peer]);
+      const std::string stopped = why_stopped(peer);
       fail_wait(peer,
-                "timed out after the group timeout of " + std::to_string(timeout_.count()) +
-                    " ms waiting for rank " + std::to_string(global_ranks_[peer]) +
-                    " (it is alive but has not reached this collective: it is slower, stuck, "
-                    "or issuing different collectives). Raise InitOptions().timeout if it is "
-                    "only slow.",
+                !stopped.empty()
+                    ? timed_out + ": " + stopped
+                    : timed_out +
+                          " (it is alive but has not reached this collective: it is slower, "
+                          "stuck, or issuing different collectives). Raise "
+                          "InitOptions().timeout if it is only slow.",
                 operation, ShmFailure::kTimeout);
     }
     slot.sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -213,6 +219,14 @@ std::string ShmSync::why_absent(int peer) const {
   return "rank " + std::to_string(global_ranks_[peer]) + " (pid " +
          std::to_string(slot.pid.load()) +
          ") exited during the collective; see that rank's output for why";
+}
+
+std::string ShmSync::why_stopped(int peer) const {
+  // The ranks of a segment share this host and, as peer_is_present assumes too, its PID namespace.
+  detail::PeerIdentity identity = detail::PeerIdentity::of_this_process(global_ranks_[peer]);
+  identity.pid = slots_[peer].pid.load();
+  identity.start_time = 0;
+  return detail::describe_stopped({identity});
 }
 
 void ShmSync::fail_wait(int peer, const std::string& cause, const char* operation,

@@ -94,6 +94,8 @@ class ShmSync {
   // False when the peer has left the group or its process is gone.
   bool peer_is_present(int peer) const;
   std::string why_absent(int peer) const;
+  // "rank 1 (pid 42 on host-a) is stopped (...)." when that peer is stopped, else "".
+  std::string why_stopped(int peer) const;
 
   ShmHeader* header_ = nullptr;
   RankSlot* slots_ = nullptr;
