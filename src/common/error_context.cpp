@@ -28,15 +28,6 @@ bool reports_a_lost_connection(const std::string& what) {
   return false;
 }
 
-bool reports_an_unreadable_gloo_address(const std::string& what) {
-  return what.find("gloo/transport/tcp/address.cc") != std::string::npos;
-}
-
-const char* const kUnreadableGlooAddressHelp =
-    " gloo could not read an address that a rank published in the store: a process that is not "
-    "one of the job's ranks wrote over it (the store authenticates nobody: its port must be "
-    "reachable by the job's ranks only), or the ranks run different builds of gloo.";
-
 bool reports_a_timeout(const std::string& what) {
   return contains(what, "imed out") || contains(what, "Timeout") || contains(what, "timeout");
 }
@@ -129,9 +120,6 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
             "give each rank its own device (ddp::set_device() before init_process_group, with at "
             "most one rank per GPU), or let ranks share a GPU through backend(\"gloo\").",
         rank, call);
-  }
-  if (reports_an_unreadable_gloo_address(what)) {
-    throw StoreError(message + kUnreadableGlooAddressHelp, rank, call);
   }
   if (reports_a_timeout(what)) {
     const std::string stopped = describe_stopped(known_peers());

@@ -47,11 +47,6 @@ bool reports_a_timeout(const std::string& what);
 /// True when a backend's message says a connection was reset or closed by its peer.
 bool reports_a_lost_connection(const std::string& what);
 
-/// True when gloo's message says it could not read an address a rank published in the store.
-bool reports_an_unreadable_gloo_address(const std::string& what);
-/// What that means, and what to do about it: for the end of such a message.
-extern const char* const kUnreadableGlooAddressHelp;
-
 /// Joins integers: {1, 3} -> "1, 3".
 std::string join_ints(const std::vector<int>& values);
 

@@ -40,8 +40,7 @@ const std::string& this_pid_space() {
     std::string boot_id;
     std::getline(boot_file, boot_id);
     char pid_namespace[64] = {};
-    const auto length =
-        ::readlink("/proc/self/ns/pid", pid_namespace, sizeof(pid_namespace) - 1);
+    const auto length = ::readlink("/proc/self/ns/pid", pid_namespace, sizeof(pid_namespace) - 1);
     if (boot_id.empty() || length <= 0) return std::string();
     return boot_id + "/" + std::string(pid_namespace, static_cast<size_t>(length));
   }();

@@ -27,7 +27,6 @@ std::string arrivals_key(int64_t generation) {
 }
 std::string claim_key(int rank) { return "ddp_file_rank/" + std::to_string(rank); }
 
-
 // Who holds a rank, and in which generation: "GENERATION IDENTITY".
 struct Claim {
   int64_t generation = -1;
@@ -43,9 +42,7 @@ struct Claim {
     claim.owner = PeerIdentity::parse(identity);
     return claim;
   }
-  std::string names() const {
-    return "pid " + std::to_string(owner.pid) + " on " + owner.host;
-  }
+  std::string names() const { return "pid " + std::to_string(owner.pid) + " on " + owner.host; }
 };
 
 std::optional<Claim> claim_of(c10d::Store& file, int rank) {
@@ -100,8 +97,7 @@ Claim claim_rank_in_file(const c10::intrusive_ptr<c10d::Store>& file, int rank, 
         }
         if (!about.empty()) {
           auto first_job = c10::make_intrusive<c10d::PrefixStore>(
-              std::string(generation_prefix(claim->generation)) + "/" + kDefaultGroupPrefix,
-              file);
+              generation_prefix(claim->generation) + "/" + kDefaultGroupPrefix, file);
           refuse_second_claimant(*first_job, rank, world_size, claim->names(), about);
         }
       }

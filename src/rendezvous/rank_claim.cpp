@@ -23,8 +23,6 @@ std::string rank_fix(int world_size) {
          " (a launcher does), and stop stray processes of an earlier run.";
 }
 
-
-
 // "pid 1234 on host-a": what a person needs to find the process.
 std::string this_process() {
   char host[HOST_NAME_MAX + 1] = {};
@@ -65,10 +63,10 @@ void refuse_second_claimant(c10d::Store& job_store, int rank, int world_size,
                               " is claimed by two processes: " + first + " (first) and " + me +
                               " (second). " + rank_fix(world_size);
   job_store.compareSet(kDisputeKey, {}, bytes_of(dispute));
-  detail::fail<MismatchError>(
-      kOperation, "rank " + std::to_string(rank) + " is claimed by two processes: " + me +
-                      " (this one) and " + first + " (" + about_first + "). " +
-                      rank_fix(world_size));
+  detail::fail<MismatchError>(kOperation, "rank " + std::to_string(rank) +
+                                              " is claimed by two processes: " + me +
+                                              " (this one) and " + first + " (" + about_first +
+                                              "). " + rank_fix(world_size));
 }
 
 void check_no_rank_dispute(c10d::Store& store, int rank, int world_size,

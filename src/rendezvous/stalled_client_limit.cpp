@@ -1,11 +1,11 @@
 #include "rendezvous/stalled_client_limit.h"
 
 #include <dirent.h>
-#include <unistd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>

@@ -101,8 +101,7 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
 c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
                                                      std::chrono::milliseconds timeout) {
   if (spec.rank == 0) return connect_tcp_store(spec, timeout, timeout);
-  const std::string init_barrier =
-      std::string(kDefaultGroupPrefix) + "/store_based_barrier_key:1";
+  const std::string init_barrier = std::string(kDefaultGroupPrefix) + "/store_based_barrier_key:1";
   const std::string started = std::string(kDefaultGroupPrefix) + "/" + kJobStartedKey;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);

@@ -154,9 +154,9 @@ TEST(Failure, PeerThatStopsRespondingFailsTheOthersAfterTheTimeout) {
 // stopped when the others time out, on gloo (from the peers its connections lead to) and on shm.
 TEST(Failure, PeerStoppedDuringACollectiveIsNamedAsStoppedAtTheTimeout) {
   for (std::string backend : {"gloo", "shm"}) {
-    auto* stopped_pid = static_cast<std::atomic<int>*>(
-        ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
-               MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    auto* stopped_pid = static_cast<std::atomic<int>*>(::mmap(nullptr, sizeof(std::atomic<int>),
+                                                              PROT_READ | PROT_WRITE,
+                                                              MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     ASSERT_NE(stopped_pid, MAP_FAILED);
     stopped_pid->store(0);
     Launch launch;
@@ -172,7 +172,8 @@ TEST(Failure, PeerStoppedDuringACollectiveIsNamedAsStoppedAtTheTimeout) {
       while (stopped_pid->load() == 0) std::this_thread::yield();
       auto error = expect_error<ddp::TimeoutError>(
           [&] { ddp::all_reduce(t); },
-          {"[rank 0] ddp::all_reduce", ("rank 1 (pid " + std::to_string(stopped_pid->load())).c_str(),
+          {"[rank 0] ddp::all_reduce",
+           ("rank 1 (pid " + std::to_string(stopped_pid->load())).c_str(),
            "is stopped (by SIGSTOP"});
       EXPECT_EQ(error.operation(), "all_reduce");
       std::fprintf(stderr, "%s: %s\n", backend.c_str(), error.what());
@@ -407,7 +408,7 @@ TEST(Failure, ALateClaimantOfARankInARendezvousFileIsRefusedAloneNamingTheHolder
       ASSERT_EQ(::read(started[0], &holder, sizeof(holder)), static_cast<ssize_t>(sizeof(holder)));
       auto start = std::chrono::steady_clock::now();
       auto error = expect_error<ddp::MismatchError>([&] { ddp::init_process_group(options); },
-                                                   {"(this one)", "still running"});
+                                                    {"(this one)", "still running"});
       EXPECT_NE(std::string(error.what()).find("pid " + std::to_string(holder) + " on "),
                 std::string::npos)
           << error.what();
@@ -542,8 +543,9 @@ TEST(Failure, RankThatDiesDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
 // the timeout + 5 s if their gloo group is not made, or at the timeout after it was made, when
 // the stopped rank does not say who is behind its connections.
 TEST(Failure, RankThatStopsDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
-  auto* stopped_pid = static_cast<std::atomic<int>*>(::mmap(
-      nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* stopped_pid = static_cast<std::atomic<int>*>(::mmap(nullptr, sizeof(std::atomic<int>),
+                                                            PROT_READ | PROT_WRITE,
+                                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(stopped_pid, MAP_FAILED);
   stopped_pid->store(0);
   Launch launch;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <future>
+#include <new>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "common/error_context.h"
@@ -31,6 +33,16 @@ const std::string kNoteCountKey = "ddp_gave_up_count";
 const std::string kLost = "LOST ";
 const std::string kTimeout = "TIMEOUT ";
 const std::string kWhy = "WHY ";
+const std::string kStore = "STORE ";  // a StoreError: what the store held could not be used
+
+// While gloo makes a group, the only data it parses is what the members published in the store:
+// gloo asserts on an address of the wrong size, and a length read from bytes that are no address
+// asks for an impossible string (std::length_error) or allocation.
+bool could_not_read_an_address(const std::exception& error) {
+  return dynamic_cast<const std::length_error*>(&error) != nullptr ||
+         dynamic_cast<const std::bad_alloc*>(&error) != nullptr ||
+         std::string(error.what()).find("gloo/transport/tcp/address.cc") != std::string::npos;
+}
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
@@ -113,7 +125,9 @@ class MemberWatch {
       for (int member = 0; member < size(); ++member) {
         if (member == me_) continue;
         auto note = note_of(member);
-        if (note && starts_with(*note, kWhy)) report(member, *note);
+        if (note && (starts_with(*note, kWhy) || starts_with(*note, kStore))) {
+          report(member, *note);
+        }
       }
       if (std::chrono::steady_clock::now() >= deadline) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -176,9 +190,8 @@ class MemberWatch {
   }
 
   [[noreturn]] void report(int member, const std::string& note) {
-    const std::string finder = members_[member].pid != 0
-                                   ? members_[member].describe()
-                                   : "group rank " + std::to_string(member);
+    const std::string finder = members_[member].pid != 0 ? members_[member].describe()
+                                                         : "group rank " + std::to_string(member);
     leave_note(note);
     if (starts_with(note, kLost)) {
       const auto lost = PeerIdentity::parse(note.substr(kLost.size()));
@@ -194,10 +207,7 @@ class MemberWatch {
     if (starts_with(note, kTimeout)) {
       fail<TimeoutError>(operation_, cause + note.substr(kTimeout.size()));
     }
-    if (reports_an_unreadable_gloo_address(note)) {
-      fail<StoreError>(operation_,
-                       cause + note.substr(kWhy.size()) + "." + kUnreadableGlooAddressHelp);
-    }
+    if (starts_with(note, kStore)) fail<StoreError>(operation_, cause + note.substr(kStore.size()));
     fail<DistributedError>(operation_, cause + note.substr(kWhy.size()));
   }
 
@@ -235,8 +245,7 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
   auto group = made->get_future();
   std::thread([made, store, group_rank, group_size, options, timeout, operation] {
     try {
-      auto group =
-          c10::make_intrusive<GlooWithConnections>(store, group_rank, group_size, options);
+      auto group = c10::make_intrusive<GlooWithConnections>(store, group_rank, group_size, options);
       learn_gloo_peers(group->connections(), *store, group_rank,
                        members_that_arrived(*store, group_size), timeout, operation);
       made->set_value(std::move(group));
@@ -280,6 +289,14 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
         watch.wait_for_a_cause(kWaitForACause);
       }
       watch.look();
+      if (could_not_read_an_address(error)) {
+        fail<StoreError>(operation,
+                         "gloo could not read an address that a rank published in the store (" +
+                             what.substr(0, what.find('\n')) +
+                             "): a process that is not one of the job's ranks wrote over it (the "
+                             "store authenticates nobody: its port must be reachable by the "
+                             "job's ranks only), or the ranks run different builds of gloo.");
+      }
       throw;
     }
   } catch (const std::exception& error) {
@@ -287,7 +304,10 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
     const bool timed_out =
         dynamic_cast<const TimeoutError*>(&error) != nullptr || reports_a_timeout(what);
     // The first line: c10's errors carry a backtrace after it.
-    watch.leave_note((timed_out ? kTimeout : kWhy) + what.substr(0, what.find('\n')));
+    const std::string& kind = timed_out                                            ? kTimeout
+                              : dynamic_cast<const StoreError*>(&error) != nullptr ? kStore
+                                                                                   : kWhy;
+    watch.leave_note(kind + what.substr(0, what.find('\n')));
     watch.wait_for_the_others_to_give_up();
     throw;
   }

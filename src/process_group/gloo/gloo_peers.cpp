@@ -98,10 +98,11 @@ void learn_gloo_peers(const std::vector<std::shared_ptr<::gloo::Context>>& conte
     if (silent.empty()) rethrow_backend_failure(operation, error);
     const std::string stopped = describe_stopped(silent_members);
     if (!stopped.empty()) {
-      fail<TimeoutError>(operation, "the gloo group was not made within " +
-                                        std::to_string(timeout.count()) + " ms: " + stopped +
-                                        (waiting.empty() ? std::string()
-                                                         : " " + waiting + " did not go on either."));
+      fail<TimeoutError>(
+          operation,
+          "the gloo group was not made within " + std::to_string(timeout.count()) +
+              " ms: " + stopped +
+              (waiting.empty() ? std::string() : " " + waiting + " did not go on either."));
     }
     fail<TimeoutError>(operation, silent +
                                       " connected to this rank through gloo but did not go on "
