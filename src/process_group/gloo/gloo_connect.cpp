@@ -11,6 +11,7 @@
 #include "common/peer_directory.h"
 #include "common/store_text.h"
 #include "process_group/gloo/gloo_peers.h"
+#include "process_group/gloo/releasable_store.h"
 #include "process_group/process_state.h"
 
 namespace ddp::detail {
@@ -243,11 +244,13 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
              bytes_of(PeerIdentity::of_this_process(current_global_rank()).text()));
   auto made = std::make_shared<std::promise<c10::intrusive_ptr<GlooWithConnections>>>();
   auto group = made->get_future();
-  std::thread([made, store, group_rank, group_size, options, timeout, operation] {
+  auto releasable = c10::make_intrusive<ReleasableStore>(store);
+  std::thread([made, releasable, group_rank, group_size, options, timeout, operation] {
     try {
-      auto group = c10::make_intrusive<GlooWithConnections>(store, group_rank, group_size, options);
-      learn_gloo_peers(group->connections(), *store, group_rank,
-                       members_that_arrived(*store, group_size), timeout, operation);
+      auto group =
+          c10::make_intrusive<GlooWithConnections>(releasable, group_rank, group_size, options);
+      learn_gloo_peers(group->connections(), *releasable, group_rank,
+                       members_that_arrived(*releasable, group_size), timeout, operation);
       made->set_value(std::move(group));
     } catch (...) {
       made->set_exception(std::current_exception());
@@ -309,6 +312,7 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
                                                                                    : kWhy;
     watch.leave_note(kind + what.substr(0, what.find('\n')));
     watch.wait_for_the_others_to_give_up();
+    releasable->release();  // the thread left behind must not keep the store (and its port)
     throw;
   }
 }

@@ -13,7 +13,8 @@
 // - group rank 0, whose process hosts the store, waits up to 3 s for the others to have read the
 //   notes before it reports, as a rank that exits at once would take the store with it;
 // - past the timeout plus kConnectAllowance, the caller reports a TimeoutError. The thread is
-//   left to end when gloo gives up; it holds the store and the half-made group until then.
+//   left to end when gloo gives up; it holds the half-made group until then, but not the store,
+//   which it reaches through a ReleasableStore that the caller releases when it gives up.
 // The store takes requests from both threads: c10d's store clients serve one at a time.
 #pragma once
 
