@@ -433,16 +433,18 @@ TEST(Failure, ALateClaimantOfARankInARendezvousFileIsRefusedAloneNamingTheHolder
   for (const auto& outcome : outcomes) EXPECT_EQ(outcome.exit_code, 0) << outcome.describe();
 }
 
+namespace {
+
 // Whichever rank reaches the store second is refused at once with both world sizes; the other
 // waits for a world that will not come and times out.
-TEST(Failure, RanksDisagreeingOnTheWorldSizeAreRefusedNamingBothSizes) {
+void expect_world_sizes_refused(const std::string& init_method) {
   const std::string refused = ddp::testing::fresh_path("refused");
   Launch launch;
   launch.timeout = std::chrono::seconds(30);
-  auto outcomes = run_ranks(launch, [refused](int rank) {
+  auto outcomes = run_ranks(launch, [refused, init_method](int rank) {
     ::setenv("WORLD_SIZE", rank == 0 ? "2" : "3", 1);
     try {
-      ddp::init_process_group(ddp::InitOptions().timeout(kShortTimeout));
+      ddp::init_process_group(ddp::InitOptions().init_method(init_method).timeout(kShortTimeout));
       ADD_FAILURE() << "init_process_group succeeded";
     } catch (const ddp::MismatchError& e) {
       const std::string what = e.what();
@@ -459,6 +461,18 @@ TEST(Failure, RanksDisagreeingOnTheWorldSizeAreRefusedNamingBothSizes) {
     refusals += std::ifstream(refused + "." + std::to_string(rank)).good() ? 1 : 0;
   }
   EXPECT_EQ(refusals, 1);
+}
+
+}  // namespace
+
+TEST(Failure, RanksDisagreeingOnTheWorldSizeAreRefusedNamingBothSizes) {
+  expect_world_sizes_refused("env://");
+}
+
+// Through a rendezvous file, whose generations are counted by each rank's own world size: the two
+// ranks still meet in one generation, where the second is refused.
+TEST(Failure, RanksDisagreeingOnTheWorldSizeThroughAFileAreRefusedNamingBothSizes) {
+  expect_world_sizes_refused("file://" + ddp::testing::fresh_path());
 }
 
 namespace {
