@@ -16,6 +16,7 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -50,6 +51,15 @@ Error expect_error(Action&& action, std::initializer_list<const char*> parts) {
     return e;
   }
   return Error("none");
+}
+
+// A pid that the ranks (forks of this process, made after this call) share: 0 until one stores
+// its own. Null when it cannot be mapped. Unmapped at exit.
+std::atomic<int>* shared_pid() {
+  void* shared = ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return nullptr;
+  return new (shared) std::atomic<int>(0);
 }
 
 std::string this_host() {
@@ -154,11 +164,8 @@ TEST(Failure, PeerThatStopsRespondingFailsTheOthersAfterTheTimeout) {
 // stopped when the others time out, on gloo (from the peers its connections lead to) and on shm.
 TEST(Failure, PeerStoppedDuringACollectiveIsNamedAsStoppedAtTheTimeout) {
   for (std::string backend : {"gloo", "shm"}) {
-    auto* stopped_pid = static_cast<std::atomic<int>*>(::mmap(nullptr, sizeof(std::atomic<int>),
-                                                              PROT_READ | PROT_WRITE,
-                                                              MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-    ASSERT_NE(stopped_pid, MAP_FAILED);
-    stopped_pid->store(0);
+    auto* stopped_pid = shared_pid();
+    ASSERT_NE(stopped_pid, nullptr);
     Launch launch;
     launch.timeout = std::chrono::seconds(30);
     auto outcomes = run_ranks(launch, [backend, stopped_pid](int rank) {
@@ -181,7 +188,6 @@ TEST(Failure, PeerStoppedDuringACollectiveIsNamedAsStoppedAtTheTimeout) {
     });
     EXPECT_EQ(outcomes[0].exit_code, 0) << backend << ": " << outcomes[0].describe();
     EXPECT_EQ(outcomes[1].signal, SIGKILL) << backend << ": " << outcomes[1].describe();
-    ::munmap(stopped_pid, sizeof(std::atomic<int>));
   }
 }
 
@@ -577,11 +583,8 @@ TEST(Failure, RankThatDiesDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
 // the stopped rank does not say who is behind its connections. Rank 0's store port is free again
 // at once: the thread that was making gloo's group, left behind, does not hold the store.
 TEST(Failure, RankThatStopsDuringInitFailsTheOthersWithinTheTimeoutNamingIt) {
-  auto* stopped_pid = static_cast<std::atomic<int>*>(::mmap(nullptr, sizeof(std::atomic<int>),
-                                                            PROT_READ | PROT_WRITE,
-                                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(stopped_pid, MAP_FAILED);
-  stopped_pid->store(0);
+  auto* stopped_pid = shared_pid();
+  ASSERT_NE(stopped_pid, nullptr);
   Launch launch;
   launch.world_size = 3;
   launch.timeout = std::chrono::seconds(40);
