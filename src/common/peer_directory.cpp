@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -124,9 +125,10 @@ bool PeerIdentity::known_to_be_running() const {
 }
 
 bool PeerIdentity::known_to_be_stopped() const {
-  if (!known_to_be_running()) return false;
+  if (!pid_means_it(*this)) return false;
   const auto stat = stat_of(pid);
-  return stat && (stat->state == 'T' || stat->state == 't');
+  return stat && (stat->state == 'T' || stat->state == 't') &&
+         (start_time == 0 || stat->start_time == start_time);
 }
 
 std::string describe_stopped(const std::vector<PeerIdentity>& peers) {
@@ -157,10 +159,9 @@ std::optional<PeerIdentity> peer_named_in(const std::string& text) {
 std::vector<PeerIdentity> known_peers() {
   std::lock_guard<std::mutex> lock(directory_mutex);
   std::vector<PeerIdentity> peers;
+  std::set<std::string> listed;  // by identity text: one peer has an address per connection
   for (const auto& entry : peers_by_address) {
-    bool listed = false;
-    for (const auto& peer : peers) listed = listed || peer.text() == entry.second.text();
-    if (!listed) peers.push_back(entry.second);
+    if (listed.insert(entry.second.text()).second) peers.push_back(entry.second);
   }
   return peers;
 }

@@ -22,19 +22,20 @@ constexpr auto kLookEvery = std::chrono::milliseconds(250);
 // How long group rank 0 waits for the others to give up too (they look every kLookEvery); with
 // kConnectAllowance, every failure to make the group is reported within the timeout + 8 s.
 constexpr auto kWaitForTheOthers = std::chrono::seconds(3);
-// How long a member whose connection to another was refused or closed waits for the other's note,
-// which says why it gave up (it leaves one within milliseconds of closing its connections).
+// How long a member whose gloo connections failed waits for the note of the member that gave up
+// first, which says why (it leaves one within milliseconds of closing its connections).
 constexpr auto kWaitForACause = std::chrono::seconds(1);
 
 // A member's note when it gave up: "LOST <identity text>" when it knew which member was lost,
-// "TIMEOUT <its error>" when it gave up waiting, "WHY <its error>" otherwise.
+// "TIMEOUT <its error>" when it gave up waiting, "STORE <its error>" when what the store held
+// could not be used, "WHY <its error>" otherwise.
 std::string note_key(int group_rank) { return "ddp_gave_up/" + std::to_string(group_rank); }
 // How many notes there are: one request tells whether there is any new one to read.
 const std::string kNoteCountKey = "ddp_gave_up_count";
 const std::string kLost = "LOST ";
 const std::string kTimeout = "TIMEOUT ";
 const std::string kWhy = "WHY ";
-const std::string kStore = "STORE ";  // a StoreError: what the store held could not be used
+const std::string kStore = "STORE ";
 
 // While gloo makes a group, the only data it parses is what the members published in the store:
 // gloo asserts on an address of the wrong size, and a length read from bytes that are no address
@@ -285,10 +286,14 @@ c10::intrusive_ptr<GlooWithConnections> connect_gloo_group(
       return group.get();
     } catch (const std::exception& error) {
       // A member found lost explains gloo's error best. So does the note of a member that gave
-      // up for a reason of its own: its connections closed ("Connection refused") when it gave
-      // up, a moment before it left the note.
+      // up for a reason of its own: its connections closed when it gave up, a moment before it
+      // left the note, and gloo reports that in many words ("Connection refused", "Connection
+      // reset by peer", 2.x's "connectFullMesh failed with ... no error"). Only a timeout, which
+      // every member meets, an address this member could not read, which it explains itself,
+      // and what this member's own code already classified, are its own to report at once.
       const std::string what = error.what();
-      if (reports_a_lost_connection(what) || what.find("Connection refused") != std::string::npos) {
+      if (dynamic_cast<const DistributedError*>(&error) == nullptr && !reports_a_timeout(what) &&
+          !could_not_read_an_address(error)) {
         watch.wait_for_a_cause(kWaitForACause);
       }
       watch.look();
