@@ -93,10 +93,25 @@ TEST(LauncherEndToEnd, PetEnvironmentFallbackIsUsed) {
   EXPECT_TRUE(Contains(run.out, "[1]: 2 4100\n")) << run.out;
 }
 
-TEST(LauncherEndToEnd, AutoStartsOneWorkerPerOnlineCore) {
-  LauncherRun run = RunLauncher({"--nproc-per-node", "auto", "sh", "-c", "echo $WORLD_SIZE"});
+// CUDA_VISIBLE_DEVICES='' hides any GPU, so that `auto` means cores on every host.
+TEST(LauncherEndToEnd, AutoWithoutGpusStartsOneWorkerPerOnlineCore) {
+  LauncherRun run = RunLauncher({"--nproc-per-node", "auto", "sh", "-c", "echo $WORLD_SIZE"},
+                                {{"CUDA_VISIBLE_DEVICES", ""}});
   ExpectExitedWith(run, 0);
   EXPECT_EQ(static_cast<int>(Lines(run.out).size()), OnlineCores()) << run.out;
+}
+
+TEST(LauncherEndToEnd, GpuWithoutGpusExitsTwoSayingWhyAndWhatToUse) {
+  LauncherRun run = RunLauncher({"--nproc-per-node", "gpu", "sh", "-c", "echo started"},
+                                {{"CUDA_VISIBLE_DEVICES", ""}});
+  ExpectExitedWith(run, 2);
+  EXPECT_TRUE(Contains(run.err,
+                       "ddprun: error: argument --nproc-per-node: invalid value 'gpu' (no GPU "
+                       "visible: "))
+      << run.err;
+  EXPECT_TRUE(Contains(run.err, "CUDA_VISIBLE_DEVICES is ''")) << run.err;
+  EXPECT_TRUE(Contains(run.err, "use 'cpu'")) << run.err;
+  EXPECT_EQ(run.out, "");
 }
 
 TEST(LauncherEndToEnd, ProgramArgumentsThatLookLikeFlagsPassThrough) {

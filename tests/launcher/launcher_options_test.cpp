@@ -12,7 +12,24 @@ constexpr int kCores = 8;
 
 using Env = std::map<std::string, std::string>;
 
-ParseResult Parse(const std::vector<std::string>& args, const Env& env = {}) {
+// A host with `cores` cores whose GPU counter reports `gpus` (why none: libcuda missing), and
+// counts its calls in `*count_calls` when given.
+HostResources Host(int cores, int gpus, int* count_calls = nullptr) {
+  HostResources host;
+  host.online_cores = cores;
+  host.count_gpus = [gpus, count_calls] {
+    if (count_calls != nullptr) ++*count_calls;
+    GpuCount count;
+    count.count = gpus;
+    if (gpus == 0)
+      count.why_none = "the CUDA driver library could not be loaded (libcuda.so.1: not found)";
+    return count;
+  };
+  return host;
+}
+
+ParseResult Parse(const std::vector<std::string>& args, const Env& env = {},
+                  const HostResources& host = Host(kCores, 0)) {
   return ParseLauncherOptions(
       args,
       [&env](const std::string& name) -> std::optional<std::string> {
@@ -20,7 +37,7 @@ ParseResult Parse(const std::vector<std::string>& args, const Env& env = {}) {
         if (it == env.end()) return std::nullopt;
         return it->second;
       },
-      kCores);
+      host);
 }
 
 LauncherOptions ParseOk(const std::vector<std::string>& args, const Env& env = {}) {
@@ -80,9 +97,69 @@ TEST(LauncherOptions, ParsesEveryOption) {
   EXPECT_EQ(o.nproc_per_node, 2);
 }
 
-TEST(LauncherOptions, AutoAndCpuMeanOnlineCores) {
+TEST(LauncherOptions, AutoAndCpuMeanOnlineCoresWithoutGpus) {
   EXPECT_EQ(ParseOk({"--nproc-per-node", "auto", "p"}).nproc_per_node, kCores);
   EXPECT_EQ(ParseOk({"--nproc_per_node=cpu", "p"}).nproc_per_node, kCores);
+}
+
+TEST(LauncherOptions, GpuMeansOneWorkerPerGpu) {
+  ParseResult result = Parse({"--nproc-per-node", "gpu", "p"}, {}, Host(16, 4));
+  ASSERT_EQ(result.action, ParseResult::Action::kRun) << result.error;
+  EXPECT_EQ(result.options.nproc_per_node, 4);
+  result = Parse({"p"}, {{"PET_NPROC_PER_NODE", "gpu"}}, Host(16, 1));
+  ASSERT_EQ(result.action, ParseResult::Action::kRun) << result.error;
+  EXPECT_EQ(result.options.nproc_per_node, 1);
+}
+
+TEST(LauncherOptions, GpuWithoutGpusIsAnErrorSayingWhyAndWhatToUseInstead) {
+  ParseResult result = Parse({"--nproc-per-node=gpu", "p"}, {}, Host(16, 0));
+  ASSERT_EQ(result.action, ParseResult::Action::kError);
+  for (const char* part : {"--nproc-per-node", "'gpu'", "no GPU visible",
+                           "the CUDA driver library could not be loaded (libcuda.so.1: not found)",
+                           "'cpu'", "number"}) {
+    EXPECT_NE(result.error.find(part), std::string::npos) << part << " in: " << result.error;
+  }
+  EXPECT_EQ(result.error.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << result.error;
+
+  // A device list that hides every GPU is named, as is the variable the value came from.
+  result = Parse({"p"}, {{"PET_NPROC_PER_NODE", "gpu"}, {"CUDA_VISIBLE_DEVICES", ""}}, Host(16, 0));
+  ASSERT_EQ(result.action, ParseResult::Action::kError);
+  EXPECT_NE(result.error.find("PET_NPROC_PER_NODE"), std::string::npos) << result.error;
+  EXPECT_NE(result.error.find("CUDA_VISIBLE_DEVICES is ''"), std::string::npos) << result.error;
+}
+
+TEST(LauncherOptions, AutoMeansGpusWhenThereAreSomeElseCores) {
+  EXPECT_EQ(Parse({"--nproc-per-node", "auto", "p"}, {}, Host(16, 2)).options.nproc_per_node, 2);
+  ParseResult result = Parse({"--nproc-per-node", "auto", "p"}, {}, Host(16, 0));
+  ASSERT_EQ(result.action, ParseResult::Action::kRun) << result.error;
+  EXPECT_EQ(result.options.nproc_per_node, 16);
+}
+
+TEST(LauncherOptions, CpuMeansCoresEvenWithGpus) {
+  int count_calls = 0;
+  ParseResult result = Parse({"--nproc-per-node", "cpu", "p"}, {}, Host(16, 4, &count_calls));
+  ASSERT_EQ(result.action, ParseResult::Action::kRun) << result.error;
+  EXPECT_EQ(result.options.nproc_per_node, 16);
+  EXPECT_EQ(count_calls, 0);
+}
+
+TEST(LauncherOptions, GpusAreCountedOnlyForGpuOrAutoAndAtMostOnce) {
+  int count_calls = 0;
+  HostResources host = Host(16, 4, &count_calls);
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"p"}, {"--nproc-per-node", "3", "p"}, {"--nproc-per-node=cpu", "p"}}) {
+    EXPECT_EQ(Parse(args, {}, host).action, ParseResult::Action::kRun) << args[0];
+  }
+  // The command line overrides the fallback, which is then never looked at.
+  Parse({"--nproc-per-node", "2", "p"}, {{"PET_NPROC_PER_NODE", "gpu"}}, host);
+  EXPECT_EQ(count_calls, 0);
+  Parse({"--nproc-per-node=gpu", "--nproc-per-node", "auto", "p"}, {}, host);
+  EXPECT_EQ(count_calls, 1);
+}
+
+TEST(LauncherOptions, CoresAreAtLeastOne) {
+  EXPECT_EQ(Parse({"--nproc-per-node", "cpu", "p"}, {}, Host(0, 0)).options.nproc_per_node, 1);
+  EXPECT_EQ(Parse({"--nproc-per-node", "auto", "p"}, {}, Host(-1, 0)).options.nproc_per_node, 1);
 }
 
 TEST(LauncherOptions, NnodesAcceptsEqualMinMaxOnly) {
@@ -123,6 +200,13 @@ TEST(LauncherOptions, BadValuesNameTheFlagTheValueAndWhatIsAccepted) {
     EXPECT_NE(error.find(c.flag), std::string::npos) << error;
     EXPECT_NE(error.find(c.value), std::string::npos) << error;
     EXPECT_NE(error.find("expected"), std::string::npos) << error;
+  }
+}
+
+TEST(LauncherOptions, BadNprocPerNodeListsEveryAcceptedWord) {
+  std::string error = ParseError({"--nproc-per-node", "gpus", "p"});
+  for (const char* word : {"integer", "'gpu'", "'cpu'", "'auto'"}) {
+    EXPECT_NE(error.find(word), std::string::npos) << word << " in: " << error;
   }
 }
 
@@ -236,6 +320,9 @@ TEST(LauncherOptions, UsageDocumentsEveryFlagEnvironmentAndExitCodes) {
                            "--run-id",
                            "--role",
                            "--stop-grace",
+                           "N|gpu|cpu|auto",
+                           "libcuda.so.1",
+                           "CUDA_VISIBLE_DEVICES",
                            "PET_NPROC_PER_NODE",
                            "RANK",
                            "LOCAL_RANK",

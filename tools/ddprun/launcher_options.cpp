@@ -1,5 +1,6 @@
 #include "launcher_options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -14,7 +15,17 @@ constexpr long long kMaxNprocPerNode = 1 << 16;
 
 struct ParseContext {
   LauncherOptions& options;
-  int online_cores;
+  const EnvLookup& env;
+  const HostResources& host;
+  std::optional<GpuCount> gpus;  // Counted when first needed.
+
+  const GpuCount& Gpus() {
+    if (!gpus) {
+      gpus = host.count_gpus ? host.count_gpus()
+                             : GpuCount{0, "GPUs were not counted (no counter given)"};
+    }
+    return *gpus;
+  }
 };
 
 // A setter stores `value` and returns "", or returns what would have been accepted.
@@ -85,17 +96,41 @@ std::string SetNnodes(const std::string& value, int* target) {
   return "";
 }
 
+// torchrun's values: `cpu` is one worker per online core, `gpu` one per visible GPU (an error
+// when there is none, as in torchrun: a GPU job started on CPUs would fail later, or crawl), and
+// `auto` GPUs when there are some, else cores.
+std::string SetNprocPerNode(const std::string& value, ParseContext& ctx) {
+  int& target = ctx.options.nproc_per_node;
+  const int cores = std::max(1, ctx.host.online_cores);
+  if (value == "cpu") {
+    target = cores;
+    return "";
+  }
+  if (value != "gpu" && value != "auto") {
+    return SetIntOption(value, 1, kMaxNprocPerNode, &target,
+                        "expected a positive integer, 'gpu', 'cpu' or 'auto'");
+  }
+  const GpuCount& gpus = ctx.Gpus();
+  if (gpus.count > 0) {
+    target = static_cast<int>(std::min<long long>(gpus.count, kMaxNprocPerNode));
+    return "";
+  }
+  if (value == "auto") {
+    target = cores;
+    return "";
+  }
+  std::string message = "no GPU visible: " + gpus.why_none;
+  // The driver counts only the devices it lists, so an empty or mistyped list looks like none.
+  if (std::optional<std::string> visible = ctx.env("CUDA_VISIBLE_DEVICES")) {
+    message += "; CUDA_VISIBLE_DEVICES is '" + *visible + "'";
+  }
+  return message + "; use 'cpu' (one worker per core) or a number of workers instead";
+}
+
 const std::vector<OptionSpec>& Options() {
   static const std::vector<OptionSpec> specs = {
       {"nproc-per-node", true, "PET_NPROC_PER_NODE",
-       [](const std::string& v, ParseContext& c) -> std::string {
-         if (v == "auto" || v == "cpu") {
-           c.options.nproc_per_node = c.online_cores < 1 ? 1 : c.online_cores;
-           return "";
-         }
-         return SetIntOption(v, 1, kMaxNprocPerNode, &c.options.nproc_per_node,
-                             "expected a positive integer, 'auto' or 'cpu'");
-       }},
+       [](const std::string& v, ParseContext& c) { return SetNprocPerNode(v, c); }},
       {"nnodes", true, "PET_NNODES",
        [](const std::string& v, ParseContext& c) { return SetNnodes(v, &c.options.nnodes); }},
       {"node-rank", true, "PET_NODE_RANK",
@@ -189,7 +224,7 @@ std::optional<std::string> LookupProcessEnv(const std::string& name) {
 }
 
 ParseResult ParseLauncherOptions(const std::vector<std::string>& args, const EnvLookup& env,
-                                 int online_cores) {
+                                 const HostResources& host) {
   // First collect the command line without applying it, so that an environment fallback is
   // only consulted (and only validated) for options the command line leaves out.
   std::vector<CommandLineOption> given;
@@ -231,7 +266,7 @@ ParseResult ParseLauncherOptions(const std::vector<std::string>& args, const Env
   }
 
   ParseResult result;
-  ParseContext ctx{result.options, online_cores};
+  ParseContext ctx{result.options, env, host, std::nullopt};
   for (const OptionSpec& spec : Options()) {
     bool on_command_line = false;
     for (const CommandLineOption& option : given) on_command_line |= option.spec == &spec;

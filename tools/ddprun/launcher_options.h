@@ -2,13 +2,16 @@
 // from the command line (torchrun's flag names, dash or underscore spellings, `--flag=value` or
 // `--flag value`) and from torchrun's PET_<FLAG> environment fallbacks, the command line winning.
 // Parsing is a pure function of its arguments (the environment is read only through the lookup
-// passed in), so it is safe to call from any thread; the structs are plain values.
+// passed in, the host only through HostResources), so it is as thread-safe as the GPU counter
+// passed in; the structs are plain values.
 #pragma once
 
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "gpu_count.h"
 
 namespace ddprun {
 
@@ -43,9 +46,17 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // EnvLookup over the real process environment (getenv).
 std::optional<std::string> LookupProcessEnv(const std::string& name);
 
-// `args` excludes argv[0]. `online_cores` is what `--nproc-per-node auto` resolves to.
+// What `--nproc-per-node cpu|gpu|auto` resolve to, passed in so that tests can describe any host.
+struct HostResources {
+  int online_cores = 1;
+  // Counts the GPUs that the workers would see (ddprun passes CountVisibleGpus). Called only for
+  // `gpu` and `auto`, at most once per parse: counting forks a process that loads the driver.
+  std::function<GpuCount()> count_gpus;
+};
+
+// `args` excludes argv[0].
 ParseResult ParseLauncherOptions(const std::vector<std::string>& args, const EnvLookup& env,
-                                 int online_cores);
+                                 const HostResources& host);
 
 // The --help text.
 std::string UsageText();

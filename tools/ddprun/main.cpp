@@ -8,15 +8,19 @@
 
 #include "fd_io.h"
 #include "free_port.h"
+#include "gpu_count.h"
 #include "launcher.h"
 #include "launcher_options.h"
 
 int main(int argc, char** argv) {
   using namespace ddprun;
   EnsureStandardDescriptors();
-  const int online_cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  ParseResult parsed = ParseLauncherOptions(std::vector<std::string>(argv + 1, argv + argc),
-                                            LookupProcessEnv, online_cores);
+  HostResources host;
+  host.online_cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  // Still single-threaded here, as CountVisibleGpus (which forks) requires.
+  host.count_gpus = [] { return CountVisibleGpus(); };
+  ParseResult parsed =
+      ParseLauncherOptions(std::vector<std::string>(argv + 1, argv + argc), LookupProcessEnv, host);
   if (parsed.action == ParseResult::Action::kHelp) {
     WriteAll(STDOUT_FILENO, UsageText());
     return 0;
@@ -39,5 +43,5 @@ int main(int argc, char** argv) {
   // A closed stdout (e.g. `ddprun ... | head`) must not kill the supervisor; workers get the
   // default disposition back before exec.
   signal(SIGPIPE, SIG_IGN);
-  return RunLauncher(options, online_cores);
+  return RunLauncher(options, host.online_cores);
 }

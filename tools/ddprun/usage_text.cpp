@@ -14,8 +14,11 @@ or with torchrun's underscores (--nproc_per_node is --nproc-per-node).
 
 options:
   -h, --help               print this text and exit 0
-  --nproc-per-node N|auto  workers on this node (default 1); `auto` (or torchrun's `cpu`) is the
-                           number of online CPU cores
+  --nproc-per-node N|gpu|cpu|auto
+                           workers on this node (default 1): N; `gpu`, one per GPU that the
+                           workers would see (libcuda.so.1 asked in a short-lived child process,
+                           so CUDA_VISIBLE_DEVICES counts; an error when there is none); `cpu`,
+                           one per online CPU core; `auto`, `gpu` when there is a GPU, else `cpu`
   --nnodes N               number of nodes (default 1); torchrun's MIN:MAX form is accepted only
                            with MIN == MAX: elastic ranges are not supported
   --node-rank R            rank of this node, 0 <= R < nnodes (default 0)
