@@ -22,15 +22,28 @@
 // - torch.norm(x, dim=d, keepdim=True) is frobenius_norm in 1.13's Python and
 //   linalg.vector_norm in 2.x's: norm_along computes it as the Python of the same libtorch does, so
 //   that PowerSGD's orthogonalization gives PyTorch's bits.
+// - c10d::Store::clone() is pure virtual in 2.15 (a store per thread): clone_store.
+// - autograd's nodes are held by std::shared_ptr up to 2.14 and by c10::intrusive_ptr since:
+//   make_autograd_node, and decltype(Edge::function) wherever a node pointer is kept.
+// - c10d's NCCL error handling is read from TORCH_NCCL_ASYNC_ERROR_HANDLING since 2.2, from
+//   NCCL_ASYNC_ERROR_HANDLING before: kNcclErrorHandlingVariable.
+// - rank 0 of a new group publishes the collective sequence number through the store, for which
+//   torch.distributed's ranks wait, up to 2.14; 2.15 made the call a warning no-op (every rank
+//   starts at 0): kGroupsAgreeOnSequenceNumbers.
+// - 2.15's headers need C++20 (its CMake config asks for it; ddprun stays C++17).
 // Differences that one spelling covers in both need no entry here: c10::NoGradGuard (at::'s
 // alias is not reachable in every 2.x), std::to_string, <cstdint>'s INT32_MIN.
 #pragma once
 
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function.h>  // Node complete: 2.15 holds it by intrusive_ptr
 #include <torch/version.h>
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -85,6 +98,43 @@ bool hand_over_listening_socket(StoreOptions&, int, long) {
 template <typename StoreOptions>
 bool hand_over_listening_socket(StoreOptions& options, int fd) {
   return hand_over_listening_socket(options, fd, 0);
+}
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+inline constexpr const char* kNcclErrorHandlingVariable = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+#else
+inline constexpr const char* kNcclErrorHandlingVariable = "NCCL_ASYNC_ERROR_HANDLING";
+#endif
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+inline constexpr bool kGroupsAgreeOnSequenceNumbers = false;
+#else
+inline constexpr bool kGroupsAgreeOnSequenceNumbers = true;
+#endif
+
+/// store.clone(), where libtorch has it (2.15 and later); never called before (nothing asks).
+template <typename Store>
+auto clone_store(Store& store, int) -> decltype(store.clone()) {
+  return store.clone();
+}
+template <typename Store>
+c10::intrusive_ptr<c10d::Store> clone_store(Store&, long) {
+  TORCH_INTERNAL_ASSERT(false, "ddp-cpp bug: Store::clone() called on a libtorch without it");
+}
+template <typename Store>
+c10::intrusive_ptr<c10d::Store> clone_store(Store& store) {
+  return clone_store(store, 0);
+}
+
+/// A new autograd node of type Node, held as this libtorch holds nodes.
+using AutogradNodePtr = decltype(std::declval<torch::autograd::Edge&>().function);
+template <typename Node, typename... Args>
+auto make_autograd_node(Args&&... args) {
+  if constexpr (std::is_same_v<AutogradNodePtr, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<Node>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<Node>(std::forward<Args>(args)...);
+  }
 }
 
 /// The store under which groups made by new_group keep theirs, and count their creation barrier:

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/error_context.h"
+#include "compat/libtorch_compat.h"
 
 namespace ddp::detail {
 namespace {
@@ -54,7 +55,7 @@ std::shared_ptr<torch::nn::Module> replicate_linked(
     at::Tensor original = item.value();
     if (!original.requires_grad()) continue;
     at::Tensor copy = copies[item.key()];
-    auto grad_fn = std::make_shared<SumReplicaGradients>(original.device());
+    auto grad_fn = compat::make_autograd_node<SumReplicaGradients>(original.device());
     grad_fn->set_next_edges(torch::autograd::collect_next_edges(original));
     torch::autograd::set_history(copy, grad_fn);
   }

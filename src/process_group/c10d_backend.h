@@ -5,7 +5,8 @@
 // (compat::C10dBackendPtr); both take the same calls, which this adapter makes with c10d's option
 // structs. What the wrapped group carries is fixed at construction (C10dTraits): gloo takes CPU
 // tensors and every collective but the native reduce-scatter; NCCL takes the tensors of its CUDA
-// device, reduce-scatters and averages natively, and leaves barriers to the CPU backend.
+// device, reduce-scatters and averages natively, runs barriers on its GPU, and completes on the
+// device (its wait only orders the caller's stream).
 // Thread-safety: that of the wrapped group.
 #pragma once
 
@@ -22,6 +23,8 @@ struct C10dTraits {
   bool reduce_scatters = false;                   // natively
   bool averages = false;                          // ReduceOp AVG natively
   bool barrier = true;                            // takes barriers
+  int barrier_device = -1;                        // the GPU a barrier runs on (NCCL), -1: none
+  bool completes_on_device = false;               // Backend::completes_on_device
   bool bfloat16 = true;                           // reduces bfloat16
 };
 
@@ -33,6 +36,7 @@ class C10dBackend : public Backend {
   std::string name() const override { return traits_.name; }
   bool takes(Collective collective, const at::Tensor& like) const override;
   bool averages_natively() const override { return traits_.averages; }
+  bool completes_on_device() const override { return traits_.completes_on_device; }
   bool reduces(c10::ScalarType dtype) const override {
     return dtype != c10::kBFloat16 || traits_.bfloat16;
   }
@@ -49,7 +53,9 @@ class C10dBackend : public Backend {
   BackendWork scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, int root) override;
   BackendWork send(at::Tensor& tensor, int peer, int tag) override;
   BackendWork recv(at::Tensor& tensor, int peer, int tag) override;
-  void set_sequence_number_for_group() override { group_->setSequenceNumberForGroup(); }
+  void set_sequence_number_for_group() override {
+    if (compat::kGroupsAgreeOnSequenceNumbers) group_->setSequenceNumberForGroup();
+  }
 
   /// The wrapped group, for what only c10d's interface offers (a hierarchy's leaders' store).
   const compat::C10dBackendPtr& c10d_group() const { return group_; }

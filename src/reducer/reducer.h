@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "compat/libtorch_compat.h"
 #include "ddp/comm_hooks.h"
 #include "ddp/process_group.h"
 #include "reducer/gradient_routes.h"
@@ -130,7 +131,7 @@ class Reducer {
   at::Tensor average_factor_;  // the same, a wrapped scalar as PyTorch's reducer uses
   // By parameter: a backend of the group reduces lists of tensors like it in place (unverified.h).
   std::vector<bool> reduced_in_place_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
+  std::vector<compat::AutogradNodePtr> grad_accumulators_;
   std::vector<uintptr_t> hook_keys_;
 
   std::vector<Bucket> buckets_;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "compat/libtorch_compat.h"
 #include "reducer/call_after_accumulation.h"
 
 namespace {
@@ -33,7 +34,7 @@ Observed backward_through(torch::nn::Linear& linear, const std::vector<GradBefor
   Observed observed;
   observed.routes.resize(parameters.size(), Route::kBucket);
   observed.grads_at_hook.resize(parameters.size());
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks;
+  std::vector<std::pair<ddp::compat::AutogradNodePtr, uintptr_t>> hooks;
   for (size_t i = 0; i < parameters.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(parameters[i]);
     hooks.emplace_back(

@@ -39,8 +39,10 @@ TEST(ShmSegmentTest, NameCarriesTheTokenAndEndsWithTheCreatorPid) {
 TEST(ShmSegmentTest, PrefixAndCreatorAreReadBackFromAName) {
   // ddprun removes a dead creator's segments of a job's attempt by these two.
   const std::string name = ddp::detail::shm_segment_name("my job!", 2, "1", 3, 0x1fu, 4242);
-  EXPECT_EQ(name.rfind("/" + ddp::detail::shm_segment_prefix("my job!", 2), 0), 0u) << name;
-  EXPECT_NE(name.rfind("/" + ddp::detail::shm_segment_prefix("my job!", 1), 0), 0u) << name;
+  // (Not "/" + prefix: GCC 12 warns wrongly about it at -O3 in C++20, -Wrestrict.)
+  EXPECT_EQ(name.substr(0, 1), "/") << name;
+  EXPECT_EQ(name.rfind(ddp::detail::shm_segment_prefix("my job!", 2), 1), 1u) << name;
+  EXPECT_NE(name.rfind(ddp::detail::shm_segment_prefix("my job!", 1), 1), 1u) << name;
   EXPECT_EQ(ddp::detail::shm_segment_creator(name.substr(1)), 4242);
   EXPECT_EQ(ddp::detail::shm_segment_creator("ddp-cpp.job.0.g0.h0.r00000000.px1"), -1);
   EXPECT_EQ(ddp::detail::shm_segment_creator("ddp-cpp.job.0.g0.h0.r00000000"), -1);

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "compat/libtorch_compat.h"
+
 namespace ddp::detail {
 
 ReleasableStore::ReleasableStore(c10::intrusive_ptr<c10d::Store> store)
@@ -11,9 +13,14 @@ ReleasableStore::ReleasableStore(c10::intrusive_ptr<c10d::Store> store)
 
 void ReleasableStore::release() {
   c10::intrusive_ptr<c10d::Store> released;
+  std::vector<c10::weak_intrusive_ptr<ReleasableStore>> clones;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     released = std::move(store_);
+    clones = std::move(clones_);
+  }
+  for (auto& weak : clones) {
+    if (auto clone = weak.lock()) clone->release();
   }
   // `released` goes here, outside the lock: the last reference closes the store's connections.
 }
@@ -22,6 +29,13 @@ c10::intrusive_ptr<c10d::Store> ReleasableStore::forwarded() const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!store_) throw std::runtime_error("the store was released: init_process_group gave up");
   return store_;
+}
+
+c10::intrusive_ptr<c10d::Store> ReleasableStore::clone() {
+  auto copy = c10::make_intrusive<ReleasableStore>(compat::clone_store(*forwarded()));
+  std::lock_guard<std::mutex> lock(mutex_);
+  clones_.emplace_back(copy);
+  return copy;
 }
 
 void ReleasableStore::set(const std::string& key, const std::vector<uint8_t>& value) {

@@ -36,12 +36,16 @@ class ReleasableStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
+  /// A store for another thread (c10d::Store::clone, pure since libtorch 2.15; gloo's group takes
+  /// one per connection): a ReleasableStore over the forwarded store's clone, released with this.
+  c10::intrusive_ptr<c10d::Store> clone();
 
  private:
   c10::intrusive_ptr<c10d::Store> forwarded() const;  // throws once released
 
   mutable std::mutex mutex_;
   c10::intrusive_ptr<c10d::Store> store_;  // guarded by mutex_; empty once released
+  std::vector<c10::weak_intrusive_ptr<ReleasableStore>> clones_;  // guarded by mutex_
 };
 
 }  // namespace ddp::detail

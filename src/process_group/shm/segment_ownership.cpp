@@ -30,8 +30,12 @@ std::string shm_segment_prefix(const std::string& job, int attempt) {
 
 std::string shm_segment_name(const std::string& job, int attempt, const std::string& group,
                              int host_index, uint32_t token, int creator_pid) {
-  return "/" + shm_segment_prefix(job, attempt) + "g" + group + ".h" + std::to_string(host_index) +
-         ".r" + hex8(token) + ".p" + std::to_string(creator_pid);
+  // Appended, not "/" + prefix: GCC 12 at -O3 in C++20 warns wrongly (-Wrestrict, its bug 105329)
+  // about operator+(const char*, std::string&&).
+  std::string name = "/";
+  name += shm_segment_prefix(job, attempt);
+  return name + "g" + group + ".h" + std::to_string(host_index) + ".r" + hex8(token) + ".p" +
+         std::to_string(creator_pid);
 }
 
 int shm_segment_creator(const std::string& name) {
