@@ -22,7 +22,8 @@ namespace ddp {
 ///   ddp::init_process_group(ddp::InitOptions().backend("gloo").init_method("tcp://10.0.0.1:23456")
 ///                               .rank(r).world_size(4));
 struct InitOptions {
-  /// "auto" (shared memory between the ranks of one host, gloo between hosts: see "shm"), "gloo",
+  /// "auto" (shared memory between the ranks of one host, gloo between hosts: see "shm"; NCCL for
+  /// CUDA tensors where every rank has a GPU of its own, ddp::set_device), "gloo",
   /// "shm" (ranks of one host exchange through a POSIX shared-memory segment; ranks on several
   /// hosts reduce within each host, then between one leader per host through gloo) or "nccl"
   /// (CUDA builds of libtorch only); case-insensitive. "auto" is "shm" when some host runs two or
@@ -70,7 +71,9 @@ int get_rank(const ProcessGroup& group = ProcessGroup());
 /// The number of ranks of `group` (the world by default), or -1 when this process is not a member.
 int get_world_size(const ProcessGroup& group = ProcessGroup());
 
-/// The backend of the default group as resolved at init: "gloo" or "shm" ("auto" is resolved).
+/// The backend of the default group as resolved at init: "gloo", "shm" or "hierarchical" ("auto"
+/// is resolved) for CPU tensors; "nccl" when it was asked for; where "auto" gave CUDA tensors to
+/// NCCL, both, as torch.distributed words a backend per device: "cpu:shm,cuda:nccl".
 std::string get_backend();
 
 /// Destroys every group; init_process_group may then be called again. Does nothing when no group

@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "common/error_context.h"
+#include "process_group/work_state.h"
 
 namespace ddp::detail {
 
@@ -49,8 +50,15 @@ Backend& CollectiveCall::backend(const at::Tensor& staged) const {
   return backend_for(collective_, staged);
 }
 
+std::chrono::milliseconds CollectiveCall::completion_poll_limit() const {
+  return completes_on_device_ ? group_->timeout : std::chrono::milliseconds(0);
+}
+
 Backend& CollectiveCall::backend_for(Collective collective, const at::Tensor& staged) const {
-  if (Backend* chosen = group_->backend_for(collective, staged)) return *chosen;
+  if (Backend* chosen = group_->backend_for(collective, staged)) {
+    completes_on_device_ = completes_on_device_ || chosen->completes_on_device();
+    return *chosen;
+  }
   std::string names;
   for (const auto& backend : group_->backends) {
     names += (names.empty() ? "" : ", ") + backend->name();
@@ -122,7 +130,9 @@ void CollectiveCall::verify_matching_call(const at::Tensor& tensor, int root, in
   std::vector<at::Tensor> all;
   for (int i = 0; i < group_->size(); ++i) all.push_back(at::empty({kFields}, at::kLong));
   try {
-    backend_for(Collective::kAllGather, mine).all_gather(all, mine, Launch::kWaitNow)->wait();
+    wait_for_backend_work(
+        *backend_for(Collective::kAllGather, mine).all_gather(all, mine, Launch::kWaitNow),
+        completion_poll_limit());
   } catch (const std::exception& error) {
     rethrow_backend_failure(operation_, error);
   }

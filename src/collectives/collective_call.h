@@ -29,6 +29,9 @@ class CollectiveCall {
   /// The backend that carries this collective on tensors like `staged` (undefined: a barrier).
   /// Throws DistributedError when none of the group's does.
   Backend& backend(const at::Tensor& staged) const;
+  /// How long waiting for this call's work polls its completion: the group's timeout where a
+  /// backend chosen for it completes on a device (NCCL), else 0 (its wait() is the completion).
+  std::chrono::milliseconds completion_poll_limit() const;
 
   /// The group rank of global rank `rank`, given as argument `what` ("src", "dst").
   int group_rank_of(int rank, const char* what) const;
@@ -61,6 +64,7 @@ class CollectiveCall {
   Backend& backend_for(Collective collective, const at::Tensor& staged) const;
 
   std::string operation_;
+  mutable bool completes_on_device_ = false;  // set by backend_for
   Collective collective_;
   std::shared_ptr<GroupState> group_;
 };

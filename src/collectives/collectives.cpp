@@ -31,13 +31,15 @@ c10::intrusive_ptr<c10d::Work> launch(CollectiveCall& call, Body&& body) {
 
 Work make_work(CollectiveCall& call, c10::intrusive_ptr<c10d::Work> work,
                std::function<void()> on_success) {
-  return Work(std::make_shared<detail::WorkState>(std::move(work), call.operation(),
-                                                  std::move(on_success)));
+  auto state =
+      std::make_shared<detail::WorkState>(std::move(work), call.operation(), std::move(on_success));
+  state->poll_limit = call.completion_poll_limit();
+  return Work(std::move(state));
 }
 
 void wait_now(CollectiveCall& call, const c10::intrusive_ptr<c10d::Work>& work) {
   try {
-    work->wait();
+    detail::wait_for_backend_work(*work, call.completion_poll_limit());
   } catch (const std::exception& error) {
     detail::rethrow_backend_failure(call.operation(), error);
   }

@@ -12,6 +12,7 @@
 #include "init/allocator_tuning.h"
 #include "process_group/backend_factory.h"
 #include "process_group/gloo/gloo_address.h"
+#include "process_group/nccl/nccl_backend.h"
 #include "process_group/process_state.h"
 #include "rendezvous/rank_claim.h"
 #include "rendezvous/rendezvous_spec.h"
@@ -78,6 +79,7 @@ void init_process_group(const InitOptions& options) {
   auto state = std::make_unique<detail::ProcessState>();
   state->backends = backend_choice_of(backend, spec);
   ignore_sigpipe_unless_handled();
+  detail::prepare_nccl_error_handling();  // before the store and gloo start their threads
   if (options.tune_allocator() &&
       detail::user_malloc_tuning(detail::environment_names(), rendezvous::process_environment())
           .empty()) {
@@ -163,6 +165,7 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend
                         world->timeout, "new_group");
     detail::BackendChoice job_choice = detail::backend_choice();
     job_choice.host_ids = choice.host_ids;
+    job_choice.gpu_ids = choice.gpu_ids;
     detail::set_backend_choice(job_choice);
   }
   std::vector<int> sorted = ranks;

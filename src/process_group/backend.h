@@ -69,6 +69,9 @@ class Backend {
   /// True when ReduceOp AVG runs in the backend itself; otherwise the layer above sums and
   /// divides.
   virtual bool averages_natively() const { return false; }
+  /// True when the works it returns complete on a device: their wait() only makes the caller's
+  /// stream wait (NCCL), so completion and failure are learned by polling them (work.cpp).
+  virtual bool completes_on_device() const { return false; }
   /// True when this backend reduces tensors of `dtype` (gloo has no bfloat16: DDP's bf16 hook
   /// then moves the bytes and sums them itself).
   virtual bool reduces(c10::ScalarType dtype) const {

@@ -6,6 +6,7 @@
 
 #include "common/error_context.h"
 #include "compat/libtorch_compat.h"
+#include "process_group/gpu_inventory.h"
 #include "process_group/hierarchical/hierarchical_backend.h"
 #include "process_group/nccl/nccl_backend.h"
 #include "process_group/shm/host_topology.h"
@@ -57,18 +58,16 @@ std::shared_ptr<Backend> make_shared_memory_backend(const BackendChoice& choice,
                                                operation);
 }
 
-// "auto" uses NCCL where every member can have a GPU of its own: no host runs more of the
-// group's ranks than its GPUs.
-bool every_rank_can_have_a_gpu(const BackendChoice& choice, const GroupState& group) {
-  if (!nccl_compiled_in() || choice.gpus.empty()) return false;
-  const HostTopology topology = topology_of(choice, group.global_ranks);
-  for (const auto& members : topology.members) {
-    for (int member : members) {
-      if (choice.gpus[group.global_ranks[member]] < static_cast<int>(members.size())) return false;
-    }
-  }
-  return true;
+// "auto" gives CUDA tensors to NCCL where every member has a GPU of its own (gpu_inventory.h).
+bool every_member_has_its_own_gpu(const BackendChoice& choice, const GroupState& group) {
+  if (!nccl_compiled_in() || choice.gpu_ids.empty()) return false;
+  std::vector<std::string> gpus;
+  for (int rank : group.global_ranks) gpus.push_back(choice.gpu_ids[rank]);
+  return why_members_lack_own_gpu(gpus).empty();
 }
+
+// Host id and GPU identity travel in one value per rank: one exchange at init, not two.
+constexpr char kFieldSeparator = '\x1f';
 
 }  // namespace
 
@@ -95,8 +94,16 @@ bool needs_host_ids(const std::string& name) { return name != "gloo" && name != 
 
 void learn_hosts(BackendChoice& choice, c10d::Store& store, int rank, int world_size,
                  std::chrono::milliseconds timeout, const std::string& operation) {
-  choice.host_ids = exchange_host_ids(store, rank, world_size, local_host_identity(choice.host_id),
-                                      timeout, operation);
+  const std::string mine =
+      local_host_identity(choice.host_id) + kFieldSeparator + local_gpu_identity();
+  choice.host_ids.clear();
+  choice.gpu_ids.clear();
+  for (const std::string& value :
+       exchange_host_ids(store, rank, world_size, mine, timeout, operation)) {
+    const auto separator = value.rfind(kFieldSeparator);
+    choice.host_ids.push_back(value.substr(0, separator));
+    choice.gpu_ids.push_back(separator == std::string::npos ? "" : value.substr(separator + 1));
+  }
 }
 
 std::shared_ptr<Backend> make_flat_gloo(const BackendChoice& choice, const GroupState& group,
@@ -109,7 +116,7 @@ void make_group_backends(const BackendChoice& choice, std::shared_ptr<Backend> f
                          GroupState& group, const std::string& operation) {
   std::vector<std::shared_ptr<Backend>> backends;
   const bool required = choice.name == "nccl";
-  if (required || (choice.name == "auto" && every_rank_can_have_a_gpu(choice, group))) {
+  if (required || (choice.name == "auto" && every_member_has_its_own_gpu(choice, group))) {
     if (auto nccl =
             make_nccl_backend(compat::device_backend_store(group.store, "cuda"), group.group_rank,
                               group.size(), group.timeout, operation, required)) {
@@ -121,8 +128,15 @@ void make_group_backends(const BackendChoice& choice, std::shared_ptr<Backend> f
     backends.push_back(std::move(shared));
   }
   backends.push_back(std::move(flat_gloo));
-  // What get_backend() says: the user's "nccl", else the backend of CPU tensors.
-  group.backend_name = required ? "nccl" : backends[cpu]->name();
+  // What get_backend() says: the user's "nccl"; where "auto" chose NCCL, both, as
+  // torch.distributed words a backend per device ("cpu:gloo,cuda:nccl"); else the CPU backend.
+  if (required) {
+    group.backend_name = "nccl";
+  } else if (cpu > 0) {
+    group.backend_name = "cpu:" + backends[cpu]->name() + ",cuda:nccl";
+  } else {
+    group.backend_name = backends[cpu]->name();
+  }
   group.backends = std::move(backends);
 }
 

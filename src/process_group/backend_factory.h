@@ -8,9 +8,9 @@
 //                 the group spans hosts; then gloo for the collectives shared memory lacks
 //   hierarchical  the same (the name says what "shm" becomes across hosts)
 //   nccl          NCCL for CUDA tensors, gloo for CPU ones (PyTorch's "cpu:gloo,cuda:nccl")
-//   auto          NCCL for CUDA tensors where libtorch has CUDA and every rank has a GPU of its
-//                 own (else CUDA tensors go through the host); shm or hierarchical where some
-//                 host runs two or more of the group's ranks; gloo
+//   auto          NCCL for CUDA tensors where libtorch has CUDA and every member has a GPU of its
+//                 own, told apart by UUID (else CUDA tensors go through the host); shm or
+//                 hierarchical where some host runs two or more of the group's ranks; gloo
 // A flat gloo group over every member is always made, first: its rendezvous names the ranks
 // that never arrive, and it carries what the others do not.
 #pragma once
@@ -31,7 +31,7 @@ struct BackendChoice {
   GlooDeviceChoice gloo_device;       // the network interface gloo binds to
   std::string host_id;                // this process's host identity (host_topology.h)
   std::vector<std::string> host_ids;  // by global rank; empty until learned
-  std::vector<int> gpus;              // GPUs each global rank sees, learned with host_ids
+  std::vector<std::string> gpu_ids;   // by global rank: its GPU (gpu_inventory.h), "" for none
   std::string job;                    // names the shared-memory segments: the run id
   int attempt = 0;                    // and the restart count
 };
@@ -43,8 +43,8 @@ std::string normalize_backend_name(const std::string& requested, const std::stri
 /// True when `name` needs to know which host every rank is on.
 bool needs_host_ids(const std::string& name);
 
-/// Collective over the world: learns every rank's host identity and GPU count into
-/// choice.host_ids and choice.gpus.
+/// Collective over the world: learns every rank's host identity and GPU into choice.host_ids and
+/// choice.gpu_ids.
 void learn_hosts(BackendChoice& choice, c10d::Store& store, int rank, int world_size,
                  std::chrono::milliseconds timeout, const std::string& operation);
 

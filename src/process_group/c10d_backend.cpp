@@ -38,7 +38,11 @@ BackendWork C10dBackend::all_gather(std::vector<at::Tensor>& outputs, at::Tensor
   return group_->allgather(gathered, inputs);
 }
 
-BackendWork C10dBackend::barrier(Launch) { return group_->barrier(); }
+BackendWork C10dBackend::barrier(Launch) {
+  c10d::BarrierOptions options;
+  if (traits_.barrier_device >= 0) options.device_ids = {traits_.barrier_device};
+  return group_->barrier(options);
+}
 
 BackendWork C10dBackend::reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs,
                                         RedOp op, Launch) {

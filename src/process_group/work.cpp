@@ -1,3 +1,8 @@
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
 #include "common/error_context.h"
 #include "ddp/errors.h"
 #include "ddp/process_group.h"
@@ -6,6 +11,35 @@
 namespace ddp {
 namespace detail {
 
+void wait_for_backend_work(c10d::Work& work, std::chrono::milliseconds poll_limit) {
+  work.wait();
+  if (poll_limit.count() > 0) {
+    // Yield at first (a collective on the GPU takes microseconds to milliseconds), then sleep in
+    // short steps: a wait that goes on for long is a failure being found by c10d's watchdog.
+    const auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::microseconds(0);
+    while (!work.isCompleted()) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited >= poll_limit) {
+        throw std::runtime_error(
+            "timed out: the collective did not complete on the device within " +
+            std::to_string(poll_limit.count()) +
+            " ms (a peer that never entered it, or a hung GPU)");
+      }
+      if (pause.count() == 0) {
+        std::this_thread::yield();
+        if (waited > std::chrono::microseconds(200)) pause = std::chrono::microseconds(20);
+      } else {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      }
+    }
+  }
+  // A backend whose wait only orders streams (NCCL) leaves a failure its watchdog found on the
+  // work instead of throwing it.
+  if (auto failure = work.exception()) std::rethrow_exception(failure);
+}
+
 void WorkState::wait() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!finished_) {
@@ -13,10 +47,7 @@ void WorkState::wait() {
       if (parent) {
         parent->wait();
       } else {
-        work->wait();
-        // A backend whose wait only orders streams (NCCL) leaves a failure its watchdog found on
-        // the work instead of throwing it.
-        if (auto failure = work->exception()) std::rethrow_exception(failure);
+        wait_for_backend_work(*work, poll_limit);
       }
       if (on_success) on_success();
     } catch (const std::exception& error) {
@@ -38,7 +69,8 @@ bool WorkState::is_success() {
   if (!is_completed()) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   if (finished_) return !error_;
-  return parent ? parent->is_success() : work->isSuccess();
+  // Not c10d's isSuccess(): deprecated, and NCCL's throws.
+  return parent ? parent->is_success() : work->exception() == nullptr;
 }
 
 }  // namespace detail

@@ -2,10 +2,13 @@
 //
 // It holds the backend's c10d::Work, or the WorkState it was chained to with Work::then, and a
 // completion step run once after success (copying a contiguous staging tensor back into a strided
-// one, dividing for AVG, a user's continuation...). Thread-safety: wait()
+// one, dividing for AVG, a user's continuation...). Its first wait learns how the work ended, on a
+// device too (NCCL: the GPU finished it, or it failed), so that a failure is raised by the wait
+// that would otherwise use its result. Thread-safety: wait()
 // and is_completed() may race; the completion step runs exactly once, under the mutex.
 #pragma once
 
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -14,6 +17,11 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace ddp::detail {
+
+/// Waits for a backend's work: wait(), then, where `poll_limit` is positive (a backend whose works
+/// complete on a device, whose wait() only orders the caller's stream), polls its completion up
+/// to that long. Throws the work's failure, or a timeout error saying how long it waited.
+void wait_for_backend_work(c10d::Work& work, std::chrono::milliseconds poll_limit);
 
 struct WorkState {
   WorkState(c10::intrusive_ptr<c10d::Work> work, std::string operation,
@@ -31,6 +39,8 @@ struct WorkState {
 
   c10::intrusive_ptr<c10d::Work> work;  // null for a chained state
   const std::string operation;
+  /// Set by the collective that made it: wait_for_backend_work's poll_limit.
+  std::chrono::milliseconds poll_limit{0};
 
  private:
   std::shared_ptr<WorkState> parent;  // set for a chained state

@@ -436,7 +436,10 @@ bool Reducer::launch_ready_buckets() {
   }
   if (next_bucket_ < buckets_.size()) return false;
   if (options_.find_unused_parameters) {
-    global_used_ = local_used_.clone();
+    // Reduced on the parameters' device, as PyTorch does: on GPUs the map goes to NCCL with the
+    // buckets instead of crossing to the CPU backend every step.
+    global_used_ = local_used_.to(at::TensorOptions().device(parameters_.front().device()),
+                                  /*non_blocking=*/false, /*copy=*/true);
     used_work_ = all_reduce_async(global_used_, ReduceOp::SUM, group_, /*verify=*/false);
   }
   return true;
@@ -447,9 +450,11 @@ void Reducer::finalize_backward() {
   c10::NoGradGuard no_grad;
   for (auto& bucket : buckets_) bucket.work.wait();
   const int32_t* used = nullptr;
+  at::Tensor used_on_host;
   if (options_.find_unused_parameters) {
     used_work_.wait();
-    used = global_used_.data_ptr<int32_t>();
+    used_on_host = global_used_.cpu();
+    used = used_on_host.data_ptr<int32_t>();
   }
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (used && used[i] == 0) continue;  // unused on every rank: .grad stays as it was
