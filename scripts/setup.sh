@@ -9,6 +9,11 @@
 # the test-only packages (googletest, python3-torch: PyTorch is the tests' reference peer) and
 # the tests' and benchmarks' objects, so that a newcomer's first training step comes minutes
 # sooner; a later scripts/test.sh adds them to the same build.
+#
+# DDP_TORCH_CMAKE_PREFIX (set by scripts/pip_env.sh) names another libtorch's CMake folder
+# (torch.utils.cmake_prefix_path, or <unzipped libtorch>/share/cmake): the build uses it, and
+# Debian's libtorch-dev and python3-torch are not installed; DDP_GLOO_INCLUDE_DIR names the folder
+# of gloo's headers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,9 +23,11 @@ if [ "${1:-}" = "--demo" ]; then
   shift
 fi
 
-packages=(cmake g++ make libtorch-dev libgloo-dev libopenblas0-pthread zlib1g-dev
-          dataset-fashion-mnist)
-$demo || packages+=(libgtest-dev python3-torch)
+torch_prefix=${DDP_TORCH_CMAKE_PREFIX:-}
+packages=(cmake g++ make libgloo-dev libopenblas0-pthread zlib1g-dev dataset-fashion-mnist)
+[ -n "$torch_prefix" ] || packages+=(libtorch-dev)
+$demo || packages+=(libgtest-dev)
+$demo || [ -n "$torch_prefix" ] || packages+=(python3-torch)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
@@ -51,6 +58,9 @@ if [ -e "$openblas" ] && [ "$(readlink -f /etc/alternatives/libblas.so.3-x86_64-
 fi
 
 build=${DDP_BUILD_DIR:-build}
+configure=(-DCMAKE_BUILD_TYPE=Release)
+[ -z "$torch_prefix" ] || configure+=(-DCMAKE_PREFIX_PATH="$torch_prefix")
+[ -z "${DDP_GLOO_INCLUDE_DIR:-}" ] || configure+=(-DDDP_GLOO_INCLUDE_DIR="$DDP_GLOO_INCLUDE_DIR")
 if $demo; then
   # Configure as the full build does (a later scripts/test.sh then reuses every object), except
   # that tests are off until googletest is there; build only the two programs the demo runs.
@@ -58,9 +68,9 @@ if $demo; then
   [ -f "$build/CMakeCache.txt" ] && grep -q '^DDP_BUILD_TESTS:BOOL=ON' "$build/CMakeCache.txt" &&
     tests=ON
   echo "setup: building the library, ddprun and the example into $build/"
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_TESTS=$tests >/dev/null
+  cmake -S . -B "$build" "${configure[@]}" -DDDP_BUILD_TESTS=$tests >/dev/null
   cmake --build "$build" -j"$(nproc)" --target ddprun fashion_mnist
 else
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_TESTS=ON >/dev/null
+  cmake -S . -B "$build" "${configure[@]}" -DDDP_BUILD_TESTS=ON >/dev/null
   cmake --build "$build" -j"$(nproc)" ${1:+--target "$@"}
 fi
