@@ -5,7 +5,9 @@
 # one run (RUNS picks which, default all four):
 #   ours_ddp       ours, default backend ("auto": shm, as the ranks share this host)
 #   ours_ddp_gloo  ours with --backend gloo
-#   pytorch_ddp    PyTorch's DDP (NPROC python processes, gloo)
+#   pytorch_ddp    PyTorch's DDP (NPROC python processes, gloo), PYTHON's torch (Debian's 1.13)
+#   pytorch_newest_ddp  the same with NEWEST_PYTHON's torch (pip's newest: scripts/pip_env.sh
+#                  installs it), where NEWEST_PYTHON names one or the pip venv exists
 #   ours_lockstep  ours without DDP but in lockstep (ddp_bench --lockstep: one float all_reduced
 #                  after each backward), the floor of any synchronous data-parallel training here
 #   ours_by_hand   (not in the default RUNS) ours, default backend, its ranks started by hand with
@@ -27,7 +29,8 @@
 #   bench/run_ddp_bench.sh [OUT.jsonl]        (default: $BUILD_DIR/bench/ddp_bench_results.jsonl)
 #
 # Environment: BUILD_DIR (default <repo>/build), PEERS_DIR (default <repo>/../shared/peers),
-# PYTHON (default /usr/bin/python3), MODELS (default "mlp cnn resnet transformer"), NPROC (2),
+# PYTHON (default /usr/bin/python3), NEWEST_PYTHON (default the pip venv's, DDP_PIP_VENV or
+# /var/tmp/ddp-cpp-pip-torch, where it exists; empty leaves the run out), MODELS (default "mlp cnn resnet transformer"), NPROC (2),
 # RUNS, EXTRAS, LAUNCHER (ddprun), STEPS (30), WARMUP (5), REPS (5), BUCKET_CAP_MB (25),
 # GLIBC_TUNABLES (see above). Prints a markdown table at the end.
 set -euo pipefail
@@ -42,7 +45,10 @@ WARMUP="${WARMUP:-5}"
 REPS="${REPS:-5}"
 BUCKET_CAP_MB="${BUCKET_CAP_MB:-25}"
 NPROC="${NPROC:-2}"
-RUNS="${RUNS:-ours_ddp ours_ddp_gloo pytorch_ddp ours_lockstep}"
+NEWEST_PYTHON="${NEWEST_PYTHON-${DDP_PIP_VENV:-/var/tmp/ddp-cpp-pip-torch}/bin/python}"
+[[ -z "$NEWEST_PYTHON" || -x "$NEWEST_PYTHON" ]] || NEWEST_PYTHON=""
+default_runs="ours_ddp ours_ddp_gloo pytorch_ddp${NEWEST_PYTHON:+ pytorch_newest_ddp} ours_lockstep"
+RUNS="${RUNS:-$default_runs}"
 EXTRAS="${EXTRAS-single concurrent}"
 LAUNCHER="${LAUNCHER:-ddprun}"
 OUT="${1:-$BUILD_DIR/bench/ddp_bench_results.jsonl}"
@@ -118,9 +124,9 @@ ours_ddp() {  # MODEL REP LABEL BACKEND [EXTRA FLAG]
   record "$3" "$2" "$TMP/out"
 }
 
-peer_ddp() {  # MODEL REP
-  by_hand "$TMP/peer" "$PYTHON" "$PEER" --model "$1" "${COMMON[@]}"
-  record pytorch_ddp "$2" "$TMP/peer0.out"
+peer_ddp() {  # MODEL REP LABEL PYTHON
+  by_hand "$TMP/peer" "$4" "$PEER" --model "$1" "${COMMON[@]}"
+  record "$3" "$2" "$TMP/peer0.out"
 }
 
 ours_single() {  # MODEL
@@ -140,6 +146,9 @@ ours_concurrent() {  # MODEL: NPROC no-DDP processes started at once
   done
 }
 
+for python in "$PYTHON" $NEWEST_PYTHON; do
+  echo "== peer $python: torch $("$python" -W ignore -c 'import torch; print(torch.__version__)' 2>/dev/null)" >&2
+done
 start=$(date +%s)
 for model in $MODELS; do
   echo "== $model (load average before: $(cut -d" " -f1-3 /proc/loadavg))" >&2
@@ -148,7 +157,8 @@ for model in $MODELS; do
       case "$run" in
         ours_ddp) ours_ddp "$model" "$rep" ours_ddp auto ;;
         ours_ddp_gloo) ours_ddp "$model" "$rep" ours_ddp_gloo gloo ;;
-        pytorch_ddp) peer_ddp "$model" "$rep" ;;
+        pytorch_ddp) peer_ddp "$model" "$rep" pytorch_ddp "$PYTHON" ;;
+        pytorch_newest_ddp) peer_ddp "$model" "$rep" pytorch_newest_ddp "$NEWEST_PYTHON" ;;
         ours_lockstep) ours_ddp "$model" "$rep" ours_lockstep auto --lockstep ;;
         ours_by_hand)
           by_hand "$TMP/hand" env -u GLIBC_TUNABLES "$BENCH" --model "$model" "${COMMON[@]}"
@@ -179,10 +189,13 @@ backend = backend.pop() if len(backend) == 1 else "MIXED " + str(sorted(map(str,
 world = {r["world_size"] for r in rows if r["run"] == "pytorch_ddp"} or {"?"}
 print(f"{world.pop()} ranks")
 by_hand = any(r["run"] == "ours_by_hand" for r in rows)
+newest = any(r["run"] == "pytorch_newest_ddp" for r in rows)
 print(f"| model | params | ours ms ({backend}) | ours ms (gloo) | PyTorch ms (gloo) | ours/PyTorch | "
       "ours (gloo)/PyTorch | lockstep no-DDP ms | lockstep/PyTorch | no-DDP 1 proc ms | "
-      "concurrent no-DDP ms |" + (" ours by hand ms | by hand/PyTorch |" if by_hand else ""))
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if by_hand else ""))
+      "concurrent no-DDP ms |" + (" ours by hand ms | by hand/PyTorch |" if by_hand else "") +
+      (" PyTorch newest ms (gloo) | ours/newest | lockstep/newest |" if newest else ""))
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if by_hand else "") +
+      ("---:|---:|---:|" if newest else ""))
 for m in models:
     params = {r["params"] for r in rows if r["model"] == m}
     p = "{:,}".format(params.pop()) if len(params) == 1 else "MISMATCH " + str(sorted(params))
@@ -191,5 +204,7 @@ for m in models:
     print(f"| {m} | {p} | {ours:.1f} | {gloo:.1f} | {peer:.1f} | {ours / peer:.2f} | {gloo / peer:.2f} | "
           f"{lock:.1f} | {lock / peer:.2f} | {med(m, 'ours_noddp_1proc'):.1f} | "
           f"{med(m, 'ours_noddp_concurrent', max):.1f} |" +
-          (f" {med(m, 'ours_by_hand'):.1f} | {med(m, 'ours_by_hand') / peer:.2f} |" if by_hand else ""))
+          (f" {med(m, 'ours_by_hand'):.1f} | {med(m, 'ours_by_hand') / peer:.2f} |" if by_hand else "") +
+          (f" {med(m, 'pytorch_newest_ddp'):.1f} | {ours / med(m, 'pytorch_newest_ddp'):.2f} | "
+           f"{lock / med(m, 'pytorch_newest_ddp'):.2f} |" if newest else ""))
 PY
