@@ -12,3 +12,4 @@
 #include "ddp/init.h"
 #include "ddp/powersgd_hook.h"
 #include "ddp/process_group.h"
+#include "ddp/sync_batchnorm.h"
