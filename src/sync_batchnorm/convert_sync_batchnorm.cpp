@@ -21,7 +21,7 @@
 namespace ddp {
 namespace {
 
-constexpr const char* kOperation = "convert_sync_batchnorm";
+constexpr const char* kConversion = "convert_sync_batchnorm";
 
 // A BatchNorm's replacement, as a module and as the AnyModule that Sequential stores.
 struct Replacement {
@@ -129,7 +129,7 @@ void swap(const Swap& swap, const Replacement& replacement) {
 std::shared_ptr<torch::nn::Module> convert_sync_batchnorm(std::shared_ptr<torch::nn::Module> module,
                                                           const ProcessGroup& group) {
   if (!module) {
-    detail::fail<InvalidArgumentError>(kOperation,
+    detail::fail<InvalidArgumentError>(kConversion,
                                        "the module is null; pass a constructed module.");
   }
   if (sync_class_for(*module)) return replacement_for(*module, group).module;
@@ -142,7 +142,7 @@ std::shared_ptr<torch::nn::Module> convert_sync_batchnorm(std::shared_ptr<torch:
     std::string list;
     for (const auto& entry : refused) list += (list.empty() ? "" : "; ") + entry;
     detail::fail<InvalidArgumentError>(
-        kOperation,
+        kConversion,
         "cannot replace " + std::string(refused.size() == 1 ? "the BatchNorm" : "the BatchNorms") +
             " held as a typed member of a module: " + list +
             ". libtorch cannot swap a module that a class holds in a member variable, only the "
