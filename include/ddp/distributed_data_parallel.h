@@ -12,6 +12,10 @@
 //   loss.backward();                    // gradients are averaged over the ranks here
 //   optimizer.step();
 //
+// With uneven inputs (a different number of batches per rank), wrap the loop in a ddp::Join
+// (join.h); without it, a rank that leaves the loop early makes every rank raise an error that
+// says so.
+//
 // Thread-safety: one training loop per DistributedDataParallel; forward and backward of one
 // instance must not run concurrently. The reducer's hooks run on the autograd thread.
 #pragma once
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "ddp/comm_hooks.h"
+#include "ddp/join.h"
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -74,7 +79,8 @@ class DDPCore {
  public:
   DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options);
   ~DDPCore();
-  void before_forward();
+  /// `join`: the options of the enabled Join the model is in, nullptr outside one.
+  void before_forward(const JoinOptions* join);
   void after_forward(const std::vector<at::Tensor>& outputs);
   void set_require_sync(bool sync) { require_sync_ = sync; }
   bool require_sync() const { return require_sync_; }
@@ -82,9 +88,26 @@ class DDPCore {
   const DDPOptions& options() const { return options_; }
   /// device_ids[0], where forward's tensor arguments go; nullopt without device_ids.
   const std::optional<c10::Device>& input_device() const { return input_device_; }
+  /// The parameters' device.
+  c10::Device device() const { return device_; }
+
+  /// Joinable: the hook of a rank that finished (src/ddp/ddp_join_hook.cpp).
+  std::unique_ptr<JoinHook> join_hook(const JoinOptions& options);
+  /// On a rank that finished: one iteration of the ranks still training, with zeros.
+  void shadow_iteration();
+  /// When every rank finished: every rank takes the model of the highest rank that finished last.
+  void sync_final_model(bool is_last_joiner);
 
  private:
-  void broadcast_buffers();
+  // Under Join, what the ranks do in this iteration (one exchange).
+  struct JoinStep {
+    int broadcasting = 0;  // ranks that broadcast buffers in this forward
+    int reducing = 0;      // ranks whose backward reduces gradients
+    int training = 0;      // ranks that have not finished
+    int authority = -1;    // global rank whose buffers everyone takes: the highest training one
+  };
+  JoinStep exchange_join_step(bool training, bool broadcasting, bool reducing);
+  void broadcast_buffers(int src);
   // Validates device_ids and output_device against the module's device.
   void check_device_options(const c10::Device& module_device);
 
@@ -93,6 +116,7 @@ class DDPCore {
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
   std::optional<c10::Device> input_device_;
+  c10::Device device_ = c10::kCPU;
 };
 
 // Forward's arguments on the module's device (device_ids): tensors, and vectors of them, are
@@ -193,7 +217,7 @@ class NoSyncGuard {
 /// `ModulePointer` is a module holder (torch::nn::Sequential, a TORCH_MODULE type) or a
 /// std::shared_ptr to a module; class template argument deduction picks it from the argument.
 template <typename ModulePointer>
-class DistributedDataParallel {
+class DistributedDataParallel : public Joinable {
  public:
   explicit DistributedDataParallel(ModulePointer module, DDPOptions options = DDPOptions())
       : module_(std::move(module)),
@@ -203,7 +227,8 @@ class DistributedDataParallel {
   /// Calls the wrapped module's forward with the same arguments, around DDP's bookkeeping.
   template <typename... Args>
   auto forward(Args&&... args) {
-    core_->before_forward();
+    Join::notify_join_context(*this);
+    core_->before_forward(join_options());
     const auto& device = core_->input_device();
     auto output = module_->forward(detail::on_device(std::forward<Args>(args), device)...);
     std::vector<at::Tensor> tensors;
@@ -230,6 +255,16 @@ class DistributedDataParallel {
   void register_comm_hook(CommHook hook) { core_->register_comm_hook(std::move(hook)); }
 
   const DDPOptions& options() const { return core_->options(); }
+
+  /// Joinable (join.h): on a rank that finished, shadows DDP's gradient all-reduce (zeros), its
+  /// buffer broadcast and its unused-parameter map; at the end every rank takes the model of a
+  /// rank that finished last. Refused for a model with SyncBatchNorm unless
+  /// throw_on_early_termination is set: its collectives cannot be shadowed.
+  std::unique_ptr<JoinHook> join_hook(const JoinOptions& options) override {
+    return core_->join_hook(options);
+  }
+  c10::Device join_device() const override { return core_->device(); }
+  ProcessGroup join_process_group() const override { return core_->options().process_group(); }
 
  private:
   ModulePointer module_;

@@ -11,6 +11,7 @@
 //   TimeoutError          a peer or the store did not answer within the timeout
 //   PeerLostError         a peer process exited or closed its connection
 //   MismatchError         the ranks disagree: collectives, tensor sizes, models, world sizes
+//     UnevenInputsError   ... on the number of batches: a rank ran out of inputs (ddp::Join)
 //   StoreError            the rendezvous store cannot be hosted, reached or used
 //   InvalidArgumentError  bad options, environment values, paths or files given by the caller
 // A failure of none of these kinds is a plain DistributedError. Catching DistributedError catches
@@ -73,6 +74,14 @@ class PeerLostError : public DistributedError {
 class MismatchError : public DistributedError {
  public:
   using DistributedError::DistributedError;
+};
+
+/// The ranks have different numbers of inputs: under ddp::Join with throw_on_early_termination, a
+/// rank ran out of batches while others still had some. Every rank raises it in the same
+/// iteration, so that all can leave the loop together (and, say, go on to the next epoch).
+class UnevenInputsError : public MismatchError {
+ public:
+  using MismatchError::MismatchError;
 };
 
 /// The rendezvous store cannot be hosted (port in use), reached, or used.

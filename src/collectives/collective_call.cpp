@@ -91,10 +91,19 @@ void CollectiveCall::check_same_shape(const at::Tensor& tensor, const at::Tensor
 
 namespace {
 
-// Collectives by number, for the fingerprint; the index is what travels.
-const char* const kOperations[] = {"?",       "all_reduce", "broadcast",
-                                   "reduce",  "all_gather", "gather",
-                                   "scatter", "barrier",    "reduce_scatter"};
+// Collectives by number, for the fingerprint; the index is what travels. DDP's own steps have
+// their numbers too, so that a rank that left DDP's loop early is told apart from a wrong call.
+const char* const kOperations[] = {"?",
+                                   "all_reduce",
+                                   "broadcast",
+                                   "reduce",
+                                   "all_gather",
+                                   "gather",
+                                   "scatter",
+                                   "barrier",
+                                   "reduce_scatter",
+                                   kDdpForwardStep,
+                                   kDdpBackwardStep};
 
 int64_t operation_number(const std::string& operation) {
   for (int64_t i = 1; i < static_cast<int64_t>(std::size(kOperations)); ++i) {
@@ -103,9 +112,19 @@ int64_t operation_number(const std::string& operation) {
   return 0;
 }
 
+bool is_ddp_step(int64_t number) {
+  return number == operation_number(kDdpForwardStep) ||
+         number == operation_number(kDdpBackwardStep);
+}
+
 std::string describe_call(const int64_t* print) {
-  std::string text =
-      kOperations[print[0] < static_cast<int64_t>(std::size(kOperations)) ? print[0] : 0];
+  const int64_t number = print[0] < static_cast<int64_t>(std::size(kOperations)) ? print[0] : 0;
+  std::string text = kOperations[number];
+  if (number == operation_number(kDdpForwardStep)) {
+    text = "DistributedDataParallel's buffer broadcast (forward)";
+  } else if (number == operation_number(kDdpBackwardStep)) {
+    text = "DistributedDataParallel's gradient all-reduce (backward)";
+  }
   if (print[1] >= 0) {
     text += " of " + std::to_string(print[2]) + " " +
             c10::toString(static_cast<c10::ScalarType>(print[1])) + " elements";
@@ -117,14 +136,25 @@ std::string describe_call(const int64_t* print) {
 
 }  // namespace
 
+const char* const kUnevenInputsAdvice =
+    "Give every rank the same number of batches "
+    "(ddp::DistributedSampler does, with drop_last), or wrap the training loop in ddp::Join, "
+    "whose finish() lets the ranks that are done shadow the collectives of those still training.";
+
 void CollectiveCall::verify_matching_call(const at::Tensor& tensor, int root, int reduce_op) {
+  verify_matching_fingerprint(tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Undefined,
+                              tensor.defined() ? tensor.numel() : 0, root, reduce_op);
+}
+
+void CollectiveCall::verify_matching_fingerprint(c10::ScalarType dtype, int64_t elements,
+                                                 int root, int reduce_op) {
   if (!group_->verify_collectives || group_->size() == 1) return;
   constexpr int kFields = 5;
   auto mine = at::empty({kFields}, at::kLong);
   auto* print = mine.data_ptr<int64_t>();
   print[0] = operation_number(operation_);
-  print[1] = tensor.defined() ? static_cast<int64_t>(tensor.scalar_type()) : -1;
-  print[2] = tensor.defined() ? tensor.numel() : 0;
+  print[1] = dtype != c10::ScalarType::Undefined ? static_cast<int64_t>(dtype) : -1;
+  print[2] = elements;
   print[3] = root;
   print[4] = reduce_op;
   std::vector<at::Tensor> all;
@@ -138,14 +168,20 @@ void CollectiveCall::verify_matching_call(const at::Tensor& tensor, int root, in
   }
   for (int i = 1; i < group_->size(); ++i) {
     if (!at::equal(all[i], all[0])) {
+      const int64_t* first = all[0].data_ptr<int64_t>();
+      const int64_t* other = all[i].data_ptr<int64_t>();
+      // One side in DDP's step and the other elsewhere: a rank left the training loop early.
+      const bool uneven = is_ddp_step(first[0]) != is_ddp_step(other[0]);
       fail<MismatchError>(
           "the ranks are not making the same call: rank " +
-          std::to_string(group_->global_ranks[0]) + " calls " +
-          describe_call(all[0].data_ptr<int64_t>()) + ", but rank " +
-          std::to_string(group_->global_ranks[i]) + " calls " +
-          describe_call(all[i].data_ptr<int64_t>()) +
-          ". Every rank of a group must issue the same collectives, in the same order, on "
-          "tensors of the same size and dtype.");
+          std::to_string(group_->global_ranks[0]) + " calls " + describe_call(first) +
+          ", but rank " + std::to_string(group_->global_ranks[i]) + " calls " +
+          describe_call(other) + ". " +
+          (uneven ? std::string("This is what uneven inputs look like: a rank ran out of batches "
+                                "and went on while the others were still training. ") +
+                        kUnevenInputsAdvice
+                  : std::string("Every rank of a group must issue the same collectives, in the "
+                                "same order, on tensors of the same size and dtype.")));
     }
   }
 }

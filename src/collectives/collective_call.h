@@ -20,6 +20,13 @@
 
 namespace ddp::detail {
 
+/// The operations of DDP's once-per-step fingerprint (verify_ddp_step in unverified.h).
+inline constexpr const char* kDdpForwardStep = "DistributedDataParallel forward";
+inline constexpr const char* kDdpBackwardStep = "DistributedDataParallel backward";
+/// What uneven inputs look like and what to do: appended where a rank is seen to have left DDP's
+/// loop while others are still in it.
+extern const char* const kUnevenInputsAdvice;
+
 class CollectiveCall {
  public:
   CollectiveCall(std::string operation, Collective collective, const ProcessGroup& group);
@@ -52,6 +59,9 @@ class CollectiveCall {
   /// count, with the same root and reduction. Throws the same error on every rank otherwise.
   /// `tensor` may be undefined (barrier); `root` and `reduce_op` are -1 where they do not apply.
   void verify_matching_call(const at::Tensor& tensor, int root = -1, int reduce_op = -1);
+  /// The same, said by dtype (Undefined where there is no tensor) and element count.
+  void verify_matching_fingerprint(c10::ScalarType dtype, int64_t elements, int root = -1,
+                                   int reduce_op = -1);
 
   /// Throws Error (an InvalidArgumentError by default: most checks here are of the caller's
   /// arguments) for this operation.

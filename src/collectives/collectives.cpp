@@ -120,6 +120,34 @@ Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group, boo
                    [target, staged]() mutable { CollectiveCall::unstage(target, staged); });
 }
 
+std::vector<int64_t> sum_counts(const std::vector<int64_t>& mine, const ProcessGroup& group,
+                                const c10::Device& device) {
+  at::Tensor counts = at::tensor(at::ArrayRef<int64_t>(mine), at::kLong).to(device);
+  all_reduce_async(counts, ReduceOp::SUM, group, /*verify=*/false, Launch::kWaitNow).wait();
+  at::Tensor on_host = counts.cpu();
+  const int64_t* sums = on_host.data_ptr<int64_t>();
+  return std::vector<int64_t>(sums, sums + mine.size());
+}
+
+void verify_ddp_step(const char* step, c10::ScalarType dtype, int64_t elements,
+                     const ProcessGroup& group) {
+  CollectiveCall call(step, Collective::kAllGather, group);
+  try {
+    call.verify_matching_fingerprint(dtype, elements);
+  } catch (const MismatchError&) {
+    throw;  // the fingerprints say what happened, uneven inputs included
+  } catch (const DistributedError& error) {
+    // A peer that exited or went quiet while the others are in DDP's step: most often a rank
+    // whose data ran out.
+    std::string message = error.what();
+    if (!message.empty() && message.back() != '.') message += '.';
+    throw_like(error,
+               message + " If that rank left the training loop early, the ranks had uneven " +
+                   "inputs (different numbers of batches). " + kUnevenInputsAdvice,
+               error.operation());
+  }
+}
+
 }  // namespace detail
 
 Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group) {

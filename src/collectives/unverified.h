@@ -16,6 +16,17 @@ Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group
                       Launch launch = Launch::kAsync);
 Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group, bool verify,
                      Launch launch = Launch::kAsync);
+/// DDP's check, once per step, before the step's first collective (`step`: kDdpForwardStep or
+/// kDdpBackwardStep of collective_call.h): when the group verifies collectives, every member must
+/// be in the same step of DDP, over `elements` elements of `dtype`. A member elsewhere (uneven
+/// inputs: it left the loop) makes every rank raise a MismatchError saying so; one that exited
+/// or stopped answering, a PeerLostError or TimeoutError naming ddp::Join.
+void verify_ddp_step(const char* step, c10::ScalarType dtype, int64_t elements,
+                     const ProcessGroup& group);
+/// Sums small per-rank counts over the group (one all-reduce of int64 on `device`), for the
+/// library's own agreements (Join's rounds). Every member must call it with as many values.
+std::vector<int64_t> sum_counts(const std::vector<int64_t>& mine, const ProcessGroup& group,
+                                const c10::Device& device);
 /// True when the group all-reduces tensors like `like` (device, dtype) in its backend; false
 /// where it would have to move them elsewhere or cannot reduce their dtype (bfloat16 on gloo).
 bool reduces_natively(const ProcessGroup& group, const at::Tensor& like);

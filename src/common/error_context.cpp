@@ -60,11 +60,19 @@ namespace {
   if (const auto at = message.find(step); at != std::string::npos) {
     message.replace(at, step.size(), "] ddp::" + call + " (in its step " + error.operation() + ")");
   }
+  throw_like(error, message, call);
+}
+
+}  // namespace
+
+void throw_like(const DistributedError& error, const std::string& message,
+                const std::string& call) {
   const int rank = error.rank();
   if (const auto* lost = dynamic_cast<const PeerLostError*>(&error)) {
     throw PeerLostError(message, rank, call, lost->lost_rank(), lost->lost_host());
   }
   if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(message, rank, call);
+  if (dynamic_cast<const UnevenInputsError*>(&error)) throw UnevenInputsError(message, rank, call);
   if (dynamic_cast<const MismatchError*>(&error)) throw MismatchError(message, rank, call);
   if (dynamic_cast<const StoreError*>(&error)) throw StoreError(message, rank, call);
   if (dynamic_cast<const InvalidArgumentError*>(&error)) {
@@ -72,8 +80,6 @@ namespace {
   }
   throw DistributedError(message, rank, call);
 }
-
-}  // namespace
 
 void rethrow_backend_failure(const std::string& operation, const std::exception& error) {
   if (const auto* ours = dynamic_cast<const DistributedError*>(&error)) {

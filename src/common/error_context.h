@@ -41,6 +41,11 @@ template <typename Error = DistributedError>
 [[noreturn]] void rethrow_backend_failure(const std::string& operation,
                                           const std::exception& error);
 
+/// Throws an error of `error`'s type (and its lost peer, for a PeerLostError) with another
+/// message and user call: for a caller that adds what the failure means where it happened.
+[[noreturn]] void throw_like(const DistributedError& error, const std::string& message,
+                             const std::string& call);
+
 /// True when a backend's message (c10d's, gloo's) says it gave up waiting.
 bool reports_a_timeout(const std::string& what);
 

@@ -5,6 +5,8 @@
 
 #include <unordered_set>
 
+#include "collectives/collective_call.h"
+#include "collectives/unverified.h"
 #include "common/error_context.h"
 #include "ddp/model_verification.h"
 #include "reducer/reducer.h"
@@ -70,12 +72,13 @@ DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
                           parameters.names[0] + "' on " + parameters.tensors[0].device().str());
     }
   }
-  check_device_options(parameters.tensors[0].device());
+  device_ = parameters.tensors[0].device();
+  check_device_options(device_);
   NamedTensors buffers = module_buffers(*module_);
   verify_model_across_ranks(parameters, buffers, group);
   std::vector<at::Tensor> state = parameters.tensors;
   state.insert(state.end(), buffers.tensors.begin(), buffers.tensors.end());
-  if (group.size() > 1) broadcast_coalesced(state, group);
+  if (group.size() > 1) broadcast_coalesced(state, group, group.ranks()[0]);
 
   ReducerOptions reducer_options;
   reducer_options.bucket_cap_bytes = megabytes_to_bytes(options_.bucket_cap_mb(), "bucket_cap_mb");
@@ -132,15 +135,51 @@ void DDPCore::check_device_options(const c10::Device& module_device) {
   input_device_ = device;
 }
 
-void DDPCore::broadcast_buffers() {
+void DDPCore::broadcast_buffers(int src) {
   NamedTensors buffers = module_buffers(*module_);  // re-read: a module may replace its buffers
-  if (!buffers.tensors.empty()) broadcast_coalesced(buffers.tensors, options_.process_group());
+  if (buffers.tensors.empty()) return;
+  int64_t elements = 0;
+  for (const auto& buffer : buffers.tensors) elements += buffer.numel();
+  verify_ddp_step(kDdpForwardStep, buffers.tensors.front().scalar_type(), elements,
+                  options_.process_group());
+  broadcast_coalesced(buffers.tensors, options_.process_group(), src);
 }
 
-void DDPCore::before_forward() {
-  if (!require_sync_) return;
-  if (at::GradMode::is_enabled()) reducer_->prepare_for_forward();
-  if (options_.broadcast_buffers() && options_.process_group().size() > 1) broadcast_buffers();
+DDPCore::JoinStep DDPCore::exchange_join_step(bool training, bool broadcasting, bool reducing) {
+  const ProcessGroup& group = options_.process_group();
+  const int size = group.size();
+  std::vector<int64_t> mine(2 + size, 0);
+  mine[0] = broadcasting ? 1 : 0;
+  mine[1] = reducing ? 1 : 0;
+  if (training) mine[2 + group.rank()] = 1;
+  const auto sums = sum_counts(mine, group, device_);
+  JoinStep step;
+  step.broadcasting = static_cast<int>(sums[0]);
+  step.reducing = static_cast<int>(sums[1]);
+  for (int i = 0; i < size; ++i) {
+    if (sums[2 + i] == 0) continue;
+    ++step.training;
+    step.authority = group.ranks()[i];
+  }
+  return step;
+}
+
+void DDPCore::before_forward(const JoinOptions* join) {
+  const ProcessGroup& group = options_.process_group();
+  const bool reduces = require_sync_ && at::GradMode::is_enabled();
+  if (reduces) reducer_->prepare_for_forward();
+  int buffers_from = group.ranks()[0];
+  int divisor = group.size();
+  if (join && group.size() > 1) {
+    // The ranks that finished learn what to shadow; the buffers come from a rank still training.
+    const JoinStep step = exchange_join_step(/*training=*/true, require_sync_, reduces);
+    buffers_from = step.authority;
+    if (!join->divide_by_initial_world_size()) divisor = step.training;
+  }
+  reducer_->set_divisor(divisor);
+  if (require_sync_ && options_.broadcast_buffers() && group.size() > 1) {
+    broadcast_buffers(buffers_from);
+  }
 }
 
 void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
@@ -149,6 +188,28 @@ void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
   } else {
     reducer_->disarm();
   }
+}
+
+void DDPCore::shadow_iteration() {
+  const JoinStep step =
+      exchange_join_step(/*training=*/false, /*broadcasting=*/false, /*reducing=*/false);
+  if (step.broadcasting > 0 && options_.broadcast_buffers()) broadcast_buffers(step.authority);
+  if (step.reducing > 0) reducer_->shadow_backward();
+}
+
+void DDPCore::sync_final_model(bool is_last_joiner) {
+  const ProcessGroup& group = options_.process_group();
+  if (group.size() == 1) return;
+  std::vector<int64_t> last(group.size(), 0);
+  if (is_last_joiner) last[group.rank()] = 1;
+  const auto sums = sum_counts(last, group, device_);
+  int src = -1;
+  for (int i = 0; i < group.size(); ++i) {
+    if (sums[i] > 0) src = group.ranks()[i];  // ties: the highest rank, as PyTorch breaks them
+  }
+  std::vector<at::Tensor> state = trainable_parameters(*module_).tensors;
+  for (const auto& buffer : module_buffers(*module_).tensors) state.push_back(buffer);
+  broadcast_coalesced(state, group, src);
 }
 
 void DDPCore::register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }

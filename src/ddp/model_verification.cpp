@@ -92,12 +92,12 @@ void verify_model_across_ranks(const NamedTensors& parameters, const NamedTensor
                           ". Build the same model on every rank (same layers, same order).");
 }
 
-void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGroup& group) {
+void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGroup& group,
+                         int src) {
   constexpr int64_t kBucketBytes = 250ll << 20;
   c10::NoGradGuard no_grad;
   std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
-  const int src = group.ranks()[0];
   for (auto& [dtype, members] : by_dtype) {
     size_t begin = 0;
     while (begin < members.size()) {

@@ -20,9 +20,10 @@ struct NamedTensors {
 void verify_model_across_ranks(const NamedTensors& parameters, const NamedTensors& buffers,
                                const ProcessGroup& group);
 
-/// Overwrites `tensors` on every rank with the values of group rank 0, in few large messages:
+/// Overwrites `tensors` on every rank with those of global rank `src`, in few large messages:
 /// tensors of one dtype are flattened into buffers of up to 250 MiB (PyTorch's coalescing size).
 /// REQUIRES: the tensors match across ranks (verify_model_across_ranks).
-void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGroup& group);
+void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGroup& group,
+                         int src);
 
 }  // namespace ddp::detail

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "collectives/collective_call.h"
 #include "collectives/unverified.h"
 #include "common/error_context.h"
 #include "reducer/bucket_assignment.h"
@@ -46,6 +47,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
       world_size_(group_.size()),
       // As PyTorch's DDP averages: each gradient times 1/world_size, then the sum. One value for
       // the bucket copies and the backend's lists, so that both routes give the same bits.
+      divisor_(world_size_),
       average_(1.0 / world_size_),
       average_factor_(at::native::wrapped_scalar_tensor(average_)) {
   for (const auto& parameter : parameters_) {
@@ -147,18 +149,30 @@ size_t Reducer::bucket_bytes() const {
   return bytes;
 }
 
-void Reducer::rebuild_buckets() {
-  c10::NoGradGuard no_grad;
-  // Every rank must use the same buckets: rank 0's observed order decides.
+std::vector<size_t> Reducer::agree_on_ready_order() {
+  // Every rank must use the same buckets: rank 0's observed order decides. A rank 0 that never
+  // ran a backward (it finished under Join before its first batch) gives the order of
+  // construction.
+  std::vector<size_t> mine = ready_order_;
+  if (mine.size() != parameters_.size()) {
+    mine.clear();
+    for (size_t i = parameters_.size(); i-- > 0;) mine.push_back(i);
+  }
   auto order = at::empty({static_cast<int64_t>(parameters_.size())}, at::kLong);
-  for (size_t i = 0; i < ready_order_.size(); ++i) {
-    order[static_cast<int64_t>(i)] = static_cast<int64_t>(ready_order_[i]);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    order[static_cast<int64_t>(i)] = static_cast<int64_t>(mine[i]);
   }
   broadcast_async(order, group_.ranks()[0], group_, /*verify=*/false, Launch::kWaitNow).wait();
   std::vector<size_t> rank0_order;
   for (int64_t i = 0; i < order.numel(); ++i) {
     rank0_order.push_back(static_cast<size_t>(order[i].item<int64_t>()));
   }
+  return rank0_order;
+}
+
+void Reducer::rebuild_buckets() {
+  c10::NoGradGuard no_grad;
+  const std::vector<size_t> rank0_order = agree_on_ready_order();
   std::vector<Bucket> staged = std::move(buckets_);
   const std::vector<Slot> staged_slots = slots_;
   initialize_buckets(assign_buckets(specs_of(parameters_), rank0_order,
@@ -191,6 +205,7 @@ void Reducer::reset_iteration() {
   recording_ = !has_rebuilt_ && (options_.static_graph || !options_.find_unused_parameters);
   ready_order_.clear();
   next_bucket_ = 0;
+  step_verified_ = false;
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.parameters.size();
     bucket.routes.assign(bucket.parameters.size(), Route::kBucket);
@@ -345,6 +360,7 @@ void Reducer::mark_ready(size_t index, bool got_gradient) {
 void Reducer::reduce_in_recorded_order() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    verify_step();
     rebuild_buckets();
     launch_ready_buckets();  // all of them: every gradient is staged
   }
@@ -407,7 +423,64 @@ void Reducer::hand_average_to_grad(size_t index, const at::Tensor& grad_at_hook)
   }
 }
 
+void Reducer::set_divisor(int divisor) {
+  if (divisor == divisor_) return;
+  divisor_ = divisor;
+  average_ = 1.0 / divisor;
+  average_factor_ = at::native::wrapped_scalar_tensor(average_);
+}
+
+void Reducer::shadow_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::NoGradGuard no_grad;
+  reset_iteration();
+  verify_step();
+  if (recording_) {
+    // The others reduce their first backward in the buckets of their recorded order.
+    initialize_buckets(
+        assign_buckets(specs_of(parameters_), agree_on_ready_order(),
+                       {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
+    has_rebuilt_ = true;
+  }
+  any_backward_ = true;
+  // Zeros where the others have their gradients, through the same collective each bucket takes.
+  std::vector<Work> works;
+  for (size_t index = 0; index < buckets_.size(); ++index) {
+    const Bucket& bucket = buckets_[index];
+    int64_t elements = 0;
+    for (size_t parameter : bucket.parameters) elements += parameters_[parameter].numel();
+    at::Tensor zeros = at::zeros({elements}, parameters_[bucket.parameters[0]].options());
+    if (reduces_in_place(bucket)) {
+      works.push_back(premul_sum_async({zeros}, {zeros}, average_, group_));
+    } else if (comm_hook_) {
+      std::vector<at::Tensor> members;
+      for (size_t parameter : bucket.parameters) members.push_back(parameters_[parameter]);
+      GradBucket grad_bucket(index, buckets_.size(), zeros, std::move(members));
+      works.push_back(comm_hook_(group_, grad_bucket));
+    } else {
+      works.push_back(all_reduce_async(zeros, ReduceOp::SUM, group_, /*verify=*/false));
+    }
+  }
+  if (options_.find_unused_parameters) {
+    at::Tensor unused = at::zeros({static_cast<int64_t>(parameters_.size())},
+                                  at::TensorOptions().dtype(at::kInt).device(
+                                      parameters_.front().device()));
+    works.push_back(all_reduce_async(unused, ReduceOp::SUM, group_, /*verify=*/false));
+  }
+  for (auto& work : works) work.wait();
+  reset_iteration();
+}
+
+void Reducer::verify_step() {
+  if (step_verified_) return;
+  step_verified_ = true;
+  int64_t elements = 0;
+  for (const auto& parameter : parameters_) elements += parameter.numel();
+  verify_ddp_step(kDdpBackwardStep, parameters_.front().scalar_type(), elements, group_);
+}
+
 bool Reducer::launch_ready_buckets() {
+  if (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) verify_step();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
     if (reduces_in_place(bucket)) {

@@ -71,6 +71,13 @@ class Reducer {
   /// REQUIRES: no backward has run yet; called at most once.
   void register_comm_hook(CommHook hook);
 
+  /// The number the gradients are averaged over from the next backward on (the group's size;
+  /// under Join, possibly the ranks still training). Not used by comm hooks.
+  void set_divisor(int divisor);
+  /// On a rank that finished under Join: the collectives of one backward of the others, with
+  /// zeros for this rank's gradients (.grad is untouched).
+  void shadow_backward();
+
   /// For tests and logging: the parameter indices of each bucket, in reduction order.
   std::vector<std::vector<size_t>> bucket_indices() const;
   /// How a parameter's gradient reached the reduction in this iteration.
@@ -101,6 +108,8 @@ class Reducer {
   void allocate(Bucket& bucket);
   // After backward: frees the buffers that no gradient of this iteration went through.
   void release_unused_buffers();
+  // Rank 0's recorded ready order, broadcast (collective).
+  std::vector<size_t> agree_on_ready_order();
   // Builds the buckets from rank 0's recorded order and moves the staged gradients into them.
   void rebuild_buckets();
   void reset_iteration();
@@ -115,6 +124,8 @@ class Reducer {
   void prepare_average_of(size_t index, const at::Tensor& grad);
   // kReadGrad, after backward: averaged_[index] becomes .grad, or is copied into it.
   void hand_average_to_grad(size_t index, const at::Tensor& grad_at_hook);
+  // Before the step's first collective: every rank is in this step (uneven inputs are caught).
+  void verify_step();
   // Starts the reductions of the complete buckets, in bucket order; true once all have started.
   bool launch_ready_buckets();
   // The recording backward's end: rebuilds the buckets, reduces them all, finalizes.
@@ -127,7 +138,8 @@ class Reducer {
   ProcessGroup group_;
   ReducerOptions options_;
   int world_size_;
-  double average_;             // 1/world_size
+  int divisor_;                // world_size, or under Join the ranks still training
+  double average_;             // 1/divisor_
   at::Tensor average_factor_;  // the same, a wrapped scalar as PyTorch's reducer uses
   // By parameter: a backend of the group reduces lists of tensors like it in place (unverified.h).
   std::vector<bool> reduced_in_place_;
@@ -148,6 +160,7 @@ class Reducer {
   size_t unready_ = 0;      // parameters not yet marked ready in this backward
   bool recording_ = false;  // this backward records the ready order; it reduces once it ends
   size_t next_bucket_ = 0;
+  bool step_verified_ = false;  // verify_step ran in this backward
   std::vector<size_t> unused_;        // locally unused this iteration (find_unused)
   bool static_unused_known_ = false;  // static_graph: unused_ was found once, in iteration 1
   at::Tensor local_used_;             // int32 per parameter: got a gradient (find_unused)
