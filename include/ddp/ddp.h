@@ -10,6 +10,7 @@
 #include "ddp/distributed_sampler.h"
 #include "ddp/errors.h"
 #include "ddp/init.h"
+#include "ddp/mixed_precision.h"
 #include "ddp/powersgd_hook.h"
 #include "ddp/process_group.h"
 #include "ddp/sync_batchnorm.h"

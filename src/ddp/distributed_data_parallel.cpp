@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "common/error_context.h"
+#include "ddp/mixed_precision_params.h"
 #include "ddp/model_verification.h"
 #include "reducer/reducer.h"
 
@@ -71,6 +72,9 @@ DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
     }
   }
   check_device_options(parameters.tensors[0].device());
+  if (options_.mixed_precision()) {
+    check_mixed_precision_options(options_, parameters.tensors[0].device());
+  }
   NamedTensors buffers = module_buffers(*module_);
   verify_model_across_ranks(parameters, buffers, group);
   std::vector<at::Tensor> state = parameters.tensors;
@@ -86,6 +90,16 @@ DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
   reducer_options.find_unused_parameters = options_.find_unused_parameters();
   reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view();
   reducer_options.static_graph = options_.static_graph();
+  if (options_.mixed_precision()) {
+    mixed_precision_ = std::make_unique<MixedPrecisionParams>(parameters.tensors, module_,
+                                                              *options_.mixed_precision());
+    input_dtype_ = options_.mixed_precision()->param_dtype();
+    reducer_options.reduce_dtype = options_.mixed_precision()->effective_reduce_dtype();
+    reducer_options.deliver_averages = [mixed = mixed_precision_.get()](
+                                           const std::vector<at::Tensor>& averages) {
+      mixed->finish_backward(averages);
+    };
+  }
   reducer_ = std::make_unique<Reducer>(std::move(parameters.tensors), std::move(parameters.names),
                                        group, reducer_options);
 }
@@ -141,6 +155,10 @@ void DDPCore::before_forward() {
   if (!require_sync_) return;
   if (at::GradMode::is_enabled()) reducer_->prepare_for_forward();
   if (options_.broadcast_buffers() && options_.process_group().size() > 1) broadcast_buffers();
+  if (mixed_precision_) {
+    mixed_precision_->cast_for_forward();
+    reducer_->refresh_grad_accumulators();
+  }
 }
 
 void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
@@ -148,9 +166,31 @@ void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
     reducer_->prepare_for_backward(outputs);
   } else {
     reducer_->disarm();
+    if (mixed_precision_) mixed_precision_->restore();  // no backward will end this forward
   }
 }
 
-void DDPCore::register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+void DDPCore::register_comm_hook(CommHook hook) {
+  if (mixed_precision_) {
+    fail<InvalidArgumentError>(
+        "DistributedDataParallel.register_comm_hook",
+        "comm hooks do not combine with mixed_precision: its buckets are already reduced in "
+        "reduce_dtype. Set MixedPrecision().reduce_dtype(torch::kBFloat16) instead of "
+        "bf16_compress(), or construct DDP without mixed_precision to use a hook.");
+  }
+  reducer_->register_comm_hook(std::move(hook));
+}
+
+void DDPCore::set_require_sync(bool sync) {
+  if (!sync && mixed_precision_) {
+    fail<InvalidArgumentError>(
+        "DistributedDataParallel.no_sync",
+        "no_sync() does not combine with mixed_precision: gradients would accumulate in "
+        "param_dtype between synchronizations. Run a synchronized backward for each micro-batch "
+        "instead (each adds its float32 average to .grad), or construct DDP without "
+        "mixed_precision.");
+  }
+  require_sync_ = sync;
+}
 
 }  // namespace ddp::detail

@@ -12,6 +12,7 @@
 #include "common/error_context.h"
 #include "reducer/bucket_assignment.h"
 #include "reducer/call_after_accumulation.h"
+#include "reducer/low_precision_sum.h"
 
 namespace ddp::detail {
 namespace {
@@ -26,11 +27,13 @@ std::vector<int64_t> strides_of_contiguous(at::IntArrayRef sizes) {
   return strides;
 }
 
-std::vector<TensorSpec> specs_of(const std::vector<at::Tensor>& parameters) {
+// dtype: the buckets' (mixed precision's reduce_dtype), else each parameter's own.
+std::vector<TensorSpec> specs_of(const std::vector<at::Tensor>& parameters,
+                                 std::optional<c10::ScalarType> dtype) {
   std::vector<TensorSpec> specs;
   for (const auto& p : parameters) {
-    specs.push_back(
-        {p.scalar_type(), p.device(), static_cast<size_t>(p.numel() * p.element_size())});
+    const auto type = dtype.value_or(p.scalar_type());
+    specs.push_back({type, p.device(), static_cast<size_t>(p.numel()) * c10::elementSize(type)});
   }
   return specs;
 }
@@ -51,14 +54,16 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   for (const auto& parameter : parameters_) {
     const auto dtype = parameter.scalar_type();
     // PREMUL_SUM with a double factor is defined for floats and doubles.
-    reduced_in_place_.push_back((dtype == at::kFloat || dtype == at::kDouble) &&
+    // Not with mixed precision: its buckets are of reduce_dtype, its gradients of param_dtype.
+    reduced_in_place_.push_back(!options_.reduce_dtype &&
+                                (dtype == at::kFloat || dtype == at::kDouble) &&
                                 reduces_lists_in_place(group_, parameter));
   }
   // Gradients become ready roughly in reverse registration order: start from that order, with a
   // small first bucket, until the first iteration tells the real order.
   std::vector<size_t> order;
   for (size_t i = parameters_.size(); i-- > 0;) order.push_back(i);
-  initialize_buckets(assign_buckets(specs_of(parameters_), order,
+  initialize_buckets(assign_buckets(specs_of(parameters_, options_.reduce_dtype), order,
                                     {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
   local_used_ = at::zeros({static_cast<int64_t>(parameters_.size())}, at::kInt);
   grads_before_.resize(parameters_.size());
@@ -79,6 +84,18 @@ void Reducer::install_hooks() {
     hook_keys_.push_back(accumulator->add_post_hook(
         std::make_unique<CallAfterAccumulation>([this, i] { autograd_hook(i); })));
     grad_accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void Reducer::refresh_grad_accumulators() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
+    if (accumulator == grad_accumulators_[i]) continue;
+    grad_accumulators_[i]->del_post_hook(hook_keys_[i]);
+    hook_keys_[i] = accumulator->add_post_hook(
+        std::make_unique<CallAfterAccumulation>([this, i] { autograd_hook(i); }));
+    grad_accumulators_[i] = std::move(accumulator);
   }
 }
 
@@ -112,14 +129,16 @@ void Reducer::allocate(Bucket& bucket) {
   c10::NoGradGuard no_grad;
   int64_t total = 0;
   for (size_t index : bucket.parameters) total += parameters_[index].numel();
-  bucket.buffer = at::zeros({total}, parameters_[bucket.parameters[0]].options());
+  auto options = parameters_[bucket.parameters[0]].options();
+  if (options_.reduce_dtype) options = options.dtype(*options_.reduce_dtype);
+  bucket.buffer = at::zeros({total}, options);
   bucket.views.clear();
   int64_t offset = 0;
   for (size_t index : bucket.parameters) {
     const at::Tensor& parameter = parameters_[index];
     // A plain alias of the buffer's storage rather than an autograd view: libtorch's
     // Optimizer::zero_grad calls detach_() on each .grad, which views do not allow.
-    at::Tensor view = at::empty({0}, parameter.options());
+    at::Tensor view = at::empty({0}, options);
     view.set_(bucket.buffer.storage(), offset, parameter.sizes(),
               strides_of_contiguous(parameter.sizes()));
     bucket.views.push_back(view);
@@ -161,7 +180,7 @@ void Reducer::rebuild_buckets() {
   }
   std::vector<Bucket> staged = std::move(buckets_);
   const std::vector<Slot> staged_slots = slots_;
-  initialize_buckets(assign_buckets(specs_of(parameters_), rank0_order,
+  initialize_buckets(assign_buckets(specs_of(parameters_, options_.reduce_dtype), rank0_order,
                                     {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
   // Backward staged every gradient in the buckets of construction: each moves to its new slot,
   // with its route (gradient_as_bucket_view's .grad already points into the new buffer).
@@ -429,6 +448,8 @@ bool Reducer::launch_ready_buckets() {
       for (size_t index : bucket.parameters) members.push_back(parameters_[index]);
       GradBucket grad_bucket(next_bucket_, buckets_.size(), bucket.buffer, std::move(members));
       bucket.work = comm_hook_(group_, grad_bucket);
+    } else if (options_.reduce_dtype) {
+      bucket.work = sum_over_ranks_async(bucket.buffer, group_);  // bfloat16 on gloo too
     } else {
       bucket.work = all_reduce_async(bucket.buffer, ReduceOp::SUM, group_, /*verify=*/false);
     }
@@ -456,9 +477,15 @@ void Reducer::finalize_backward() {
     used_on_host = global_used_.cpu();
     used = used_on_host.data_ptr<int32_t>();
   }
+  std::vector<at::Tensor> averages;  // mixed precision: handed to deliver_averages
+  if (options_.deliver_averages) averages.resize(parameters_.size());
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (used && used[i] == 0) continue;  // unused on every rank: .grad stays as it was
     const Bucket& bucket = buckets_[slots_[i].bucket];
+    if (options_.deliver_averages) {  // always Route::kBucket (no list route)
+      averages[i] = bucket.views[slots_[i].position];
+      continue;
+    }
     if (bucket.routes[slots_[i].position] == Route::kInGrad) {
       // Written by the backend, not through an op: tell autograd the tensor changed.
       torch::autograd::impl::bump_version(parameters_[i].grad());
@@ -482,6 +509,7 @@ void Reducer::finalize_backward() {
   for (auto& bucket : buckets_) bucket.grads.assign(bucket.grads.size(), at::Tensor());
   release_unused_buffers();
   grads_before_.assign(parameters_.size(), GradBefore());
+  if (options_.deliver_averages) options_.deliver_averages(averages);
   finalized_ = true;
   armed_ = false;
 }

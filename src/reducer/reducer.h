@@ -32,7 +32,9 @@
 
 #include <torch/csrc/autograd/function.h>
 
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,11 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
+  // Mixed precision (src/ddp/mixed_precision_params.h): the buckets are of this dtype (never the
+  // in-place list route), and finalize hands each average, by parameter index (undefined where
+  // no rank used it), to deliver_averages instead of writing .grad.
+  std::optional<c10::ScalarType> reduce_dtype;
+  std::function<void(const std::vector<at::Tensor>& averages)> deliver_averages;
 };
 
 class Reducer {
@@ -70,6 +77,9 @@ class Reducer {
 
   /// REQUIRES: no backward has run yet; called at most once.
   void register_comm_hook(CommHook hook);
+  /// After a parameter's data changed dtype (set_data, mixed precision), which drops its gradient
+  /// accumulator: moves the hooks to the accumulator autograd uses now.
+  void refresh_grad_accumulators();
 
   /// For tests and logging: the parameter indices of each bucket, in reduction order.
   std::vector<std::vector<size_t>> bucket_indices() const;
