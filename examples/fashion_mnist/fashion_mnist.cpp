@@ -51,6 +51,7 @@ struct Options {
   int64_t powersgd_start = -1;  // -1: a tenth of the run's steps
   std::string mixed_precision = "none";  // none | bf16 | fp16
   bool sync_bn = false;                  // SyncBatchNorm after each convolution
+  int max_steps = 0;                     // per epoch; 0: the whole sampler's share
 };
 
 const char* kUsage =
@@ -62,7 +63,7 @@ const char* kUsage =
     "                     [--timeout SECONDS]\n"
     "                     [--comm-hook none|fp16|bf16|fp16-hosts|bf16-hosts|powersgd]\n"
     "                     [--powersgd-rank R] [--powersgd-start-iter N]\n"
-    "                     [--mixed-precision none|bf16|fp16] [--sync-bn]\n"
+    "                     [--mixed-precision none|bf16|fp16] [--sync-bn] [--max-steps N]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
@@ -84,7 +85,9 @@ const char* kUsage =
     "float16 copies of float32 master weights, gradients averaged in that dtype (DDP's\n"
     "mixed_precision; fp16 on the CPU needs a libtorch 2.x). --sync-bn adds a SyncBatchNorm\n"
     "after each convolution (its running statistics are float32; under --mixed-precision they\n"
-    "are updated in the forward's dtype). The test accuracy is that of the float32 weights.\n";
+    "are updated in the forward's dtype). The test accuracy is that of the float32 weights.\n"
+    "--max-steps N ends each epoch after N steps (0, the default: the whole training set), for\n"
+    "short runs: bfloat16 on a CPU without bfloat16 instructions is many times slower.\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -139,6 +142,8 @@ Options parse(int argc, char** argv) {
       o.mixed_precision = value();
     } else if (arg == "--sync-bn") {
       o.sync_bn = true;
+    } else if (arg == "--max-steps") {
+      o.max_steps = std::stoi(value());
     } else {
       throw std::runtime_error("unknown argument '" + arg + "'\n" + kUsage);
     }
@@ -148,6 +153,7 @@ Options parse(int argc, char** argv) {
   }
   if (o.resume && o.checkpoint.empty()) throw std::runtime_error("--resume needs --checkpoint");
   if (o.log_every < 1) throw std::runtime_error("--log-every must be at least 1");
+  if (o.max_steps < 0) throw std::runtime_error("--max-steps must be 0 (no limit) or more");
   if (!(o.timeout > 0)) throw std::runtime_error("--timeout must be a positive number of seconds");
   if (o.comm_hook != "none" && o.comm_hook != "fp16" && o.comm_hook != "bf16" &&
       o.comm_hook != "fp16-hosts" && o.comm_hook != "bf16-hosts" && o.comm_hook != "powersgd") {
@@ -333,7 +339,8 @@ int run(const Options& o) {
   }
   ddp::DistributedDataParallel model(net, ddp_options);
   ddp::DistributedSampler sampler(train.images.size(0), ddp::SamplerOptions().seed(o.seed));
-  const int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
+  int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
+  if (o.max_steps > 0) steps = std::min(steps, o.max_steps);
   register_comm_hook(model, o, int64_t(o.epochs) * steps);
   if (rank == 0) {
     std::printf("training on %d ranks (%s): %d epochs of %d steps, %d images per step\n", world,
