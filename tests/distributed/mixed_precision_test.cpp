@@ -73,8 +73,9 @@ std::vector<torch::Tensor> bf16_reference_grads(int world, int step) {
 // average of the two is rounded again in the bucket, and the reference rounds its whole-batch
 // gradient once; the matrix products round their bfloat16 outputs over different batch sizes. A
 // few units of 2^-8 relative to the gradient's norm cover that; 1/32 (8 units) leaves margin for
-// cancellation, yet a missing average (a factor 2), a rank's own half-batch gradient (tens of
-// percent off here) or a float32 computation mixed in wrongly are far outside it.
+// cancellation, yet a missing average (a factor 2) or a rank's own half-batch gradient are far
+// outside it. Measured with python3-torch 1.13 on this model and data: the bf16 average against
+// the reference 0.000 to 0.006 of the norm, a rank's own gradient 0.6 to 1.8.
 constexpr double kBf16RelativeTolerance = 1.0 / 32;
 
 void expect_close_to_reference(const std::vector<torch::Tensor>& mine,
