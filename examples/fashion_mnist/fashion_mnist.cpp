@@ -49,6 +49,9 @@ struct Options {
   std::string comm_hook = "none";
   int64_t powersgd_rank = 4;
   int64_t powersgd_start = -1;  // -1: a tenth of the run's steps
+  std::string mixed_precision = "none";  // none | bf16 | fp16
+  bool sync_bn = false;                  // SyncBatchNorm after each convolution
+  int max_steps = 0;                     // per epoch; 0: the whole sampler's share
 };
 
 const char* kUsage =
@@ -60,6 +63,7 @@ const char* kUsage =
     "                     [--timeout SECONDS]\n"
     "                     [--comm-hook none|fp16|bf16|fp16-hosts|bf16-hosts|powersgd]\n"
     "                     [--powersgd-rank R] [--powersgd-start-iter N]\n"
+    "                     [--mixed-precision none|bf16|fp16] [--sync-bn] [--max-steps N]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
@@ -76,7 +80,15 @@ const char* kUsage =
     "fp16-hosts | bf16-hosts (compressed only between hosts, full precision inside each) |\n"
     "powersgd (PyTorch's PowerSGD: --powersgd-rank 4, plain averaging for the first\n"
     "--powersgd-start-iter steps, by default a tenth of the run's; its state is not in the\n"
-    "checkpoint, so a resumed run starts it again).\n";
+    "checkpoint, so a resumed run starts it again). DDP refuses comm hooks with\n"
+    "--mixed-precision, whose buckets are already of the low-precision dtype.\n"
+    "--mixed-precision none (the default) | bf16 | fp16: forward and backward on bfloat16 or\n"
+    "float16 copies of float32 master weights, gradients averaged in that dtype (DDP's\n"
+    "mixed_precision; fp16 on the CPU needs a libtorch 2.x). --sync-bn adds a SyncBatchNorm\n"
+    "after each convolution (its running statistics are float32; under --mixed-precision they\n"
+    "are updated in the forward's dtype). The test accuracy is that of the float32 weights.\n"
+    "--max-steps N ends each epoch after N steps (0, the default: the whole training set), for\n"
+    "short runs: bfloat16 on a CPU without bfloat16 instructions is many times slower.\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -127,6 +139,12 @@ Options parse(int argc, char** argv) {
       o.powersgd_rank = std::stoll(value());
     } else if (arg == "--powersgd-start-iter") {
       o.powersgd_start = std::stoll(value());
+    } else if (arg == "--mixed-precision") {
+      o.mixed_precision = value();
+    } else if (arg == "--sync-bn") {
+      o.sync_bn = true;
+    } else if (arg == "--max-steps") {
+      o.max_steps = std::stoi(value());
     } else {
       throw std::runtime_error("unknown argument '" + arg + "'\n" + kUsage);
     }
@@ -136,12 +154,17 @@ Options parse(int argc, char** argv) {
   }
   if (o.resume && o.checkpoint.empty()) throw std::runtime_error("--resume needs --checkpoint");
   if (o.log_every < 1) throw std::runtime_error("--log-every must be at least 1");
+  if (o.max_steps < 0) throw std::runtime_error("--max-steps must be 0 (no limit) or more");
   if (!(o.timeout > 0)) throw std::runtime_error("--timeout must be a positive number of seconds");
   if (o.comm_hook != "none" && o.comm_hook != "fp16" && o.comm_hook != "bf16" &&
       o.comm_hook != "fp16-hosts" && o.comm_hook != "bf16-hosts" && o.comm_hook != "powersgd") {
     throw std::runtime_error(
         "--comm-hook must be none, fp16, bf16, fp16-hosts, bf16-hosts or powersgd, got '" +
                              o.comm_hook + "'");
+  }
+  if (o.mixed_precision != "none" && o.mixed_precision != "bf16" && o.mixed_precision != "fp16") {
+    throw std::runtime_error("--mixed-precision must be none, bf16 or fp16, got '" +
+                             o.mixed_precision + "'");
   }
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
     throw std::runtime_error("--device must be auto, cpu or cuda, got '" + o.device + "'");
@@ -161,20 +184,30 @@ torch::Device pick_device(const std::string& choice) {
   return device;
 }
 
-// The reference CNN of the benchmarks: two convolutions, max-pooling, two linear layers.
+// The reference CNN of the benchmarks: two convolutions, max-pooling, two linear layers; with
+// --sync-bn a SyncBatchNorm after each convolution (statistics of the whole batch across ranks).
 struct NetImpl : torch::nn::Module {
-  NetImpl()
+  explicit NetImpl(bool sync_bn)
       : conv1(register_module("conv1", torch::nn::Conv2d(1, 32, 3))),
         conv2(register_module("conv2", torch::nn::Conv2d(32, 64, 3))),
         fc1(register_module("fc1", torch::nn::Linear(9216, 128))),
-        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
+        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {
+    if (sync_bn) {
+      bn1 = register_module("bn1", ddp::SyncBatchNorm2d(torch::nn::BatchNormOptions(32)));
+      bn2 = register_module("bn2", ddp::SyncBatchNorm2d(torch::nn::BatchNormOptions(64)));
+    }
+  }
   torch::Tensor forward(torch::Tensor x) {
-    x = torch::relu(conv1->forward(x));
-    x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2);
+    x = conv1->forward(x);
+    if (bn1) x = bn1->forward(x);
+    x = conv2->forward(torch::relu(x));
+    if (bn2) x = bn2->forward(x);
+    x = torch::max_pool2d(torch::relu(x), 2);
     return fc2->forward(torch::relu(fc1->forward(torch::flatten(x, 1))));
   }
   torch::nn::Conv2d conv1, conv2;
   torch::nn::Linear fc1, fc2;
+  ddp::SyncBatchNorm2d bn1{nullptr}, bn2{nullptr};
 };
 TORCH_MODULE(Net);
 
@@ -269,7 +302,7 @@ int run(const Options& o) {
   }
 
   torch::manual_seed(o.seed);
-  Net net;
+  Net net(o.sync_bn);
   net->to(device);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (o.optimizer == "adam") {
@@ -298,9 +331,17 @@ int run(const Options& o) {
     }
   }
   // After loading: DDP's construction broadcasts rank 0's parameters anyway.
-  ddp::DistributedDataParallel model(net, ddp::DDPOptions().device_ids({device}));
+  auto ddp_options = ddp::DDPOptions().device_ids({device});
+  // Forward and backward on bfloat16 or float16 copies; the float32 masters are what the
+  // optimizer updates, what the checkpoint holds and what test_accuracy evaluates.
+  if (o.mixed_precision != "none") {
+    ddp_options.mixed_precision(ddp::MixedPrecision().param_dtype(
+        o.mixed_precision == "bf16" ? torch::kBFloat16 : torch::kHalf));
+  }
+  ddp::DistributedDataParallel model(net, ddp_options);
   ddp::DistributedSampler sampler(train.images.size(0), ddp::SamplerOptions().seed(o.seed));
-  const int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
+  int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
+  if (o.max_steps > 0) steps = std::min(steps, o.max_steps);
   register_comm_hook(model, o, int64_t(o.epochs) * steps);
   if (rank == 0) {
     std::printf("training on %d ranks (%s): %d epochs of %d steps, %d images per step\n", world,
@@ -321,8 +362,9 @@ int run(const Options& o) {
           indices.narrow(0, step * o.batch_size,
                          std::min<int64_t>(o.batch_size, indices.size(0) - step * o.batch_size));
       optimizer->zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model(train.images.index_select(0, batch)),
-                                                       train.labels.index_select(0, batch));
+      // The loss in float32 whatever the forward's dtype (--mixed-precision).
+      auto logits = model(train.images.index_select(0, batch)).to(torch::kFloat);
+      auto loss = torch::nn::functional::cross_entropy(logits, train.labels.index_select(0, batch));
       loss.backward();
       optimizer->step();
       const double value = loss.item<double>();

@@ -11,6 +11,7 @@
 #include "ddp/errors.h"
 #include "ddp/init.h"
 #include "ddp/join.h"
+#include "ddp/mixed_precision.h"
 #include "ddp/powersgd_hook.h"
 #include "ddp/process_group.h"
 #include "ddp/sync_batchnorm.h"

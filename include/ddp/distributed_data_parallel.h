@@ -35,6 +35,7 @@
 
 #include "ddp/comm_hooks.h"
 #include "ddp/join.h"
+#include "ddp/mixed_precision.h"
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -68,11 +69,18 @@ struct DDPOptions {
   /// Where forward's outputs are: with one device per process, that device (PyTorch's meaning;
   /// nothing is moved). Must equal device_ids[0] when given. Default: nullopt.
   TORCH_ARG(std::optional<c10::Device>, output_device) = std::nullopt;
+  /// Forward and backward in low precision on copies of float32 master parameters, gradients
+  /// averaged in reduce_dtype and handed to .grad in float32 (include/ddp/mixed_precision.h).
+  /// Combines with find_unused_parameters and static_graph; refused, by name, with
+  /// gradient_as_bucket_view, register_comm_hook and no_sync. Default: nullopt (off).
+  ///   DDPOptions().mixed_precision(ddp::MixedPrecision().param_dtype(torch::kBFloat16))
+  TORCH_ARG(std::optional<MixedPrecision>, mixed_precision) = std::nullopt;
 };
 
 namespace detail {
 
 class Reducer;
+class MixedPrecisionParams;
 
 // The part of DDP that does not depend on the module's type (in src/ddp/).
 class DDPCore {
@@ -82,7 +90,8 @@ class DDPCore {
   /// `join`: the options of the enabled Join the model is in, nullptr outside one.
   void before_forward(const JoinOptions* join);
   void after_forward(const std::vector<at::Tensor>& outputs);
-  void set_require_sync(bool sync) { require_sync_ = sync; }
+  /// Refuses sync=false (no_sync) under mixed precision.
+  void set_require_sync(bool sync);
   bool require_sync() const { return require_sync_; }
   void register_comm_hook(CommHook hook);
   const DDPOptions& options() const { return options_; }
@@ -97,6 +106,8 @@ class DDPCore {
   void shadow_iteration();
   /// When every rank finished: every rank takes the model of the highest rank that finished last.
   void sync_final_model(bool is_last_joiner);
+  /// Mixed precision's param_dtype, what forward's floating-point tensor arguments are cast to.
+  const std::optional<c10::ScalarType>& input_dtype() const { return input_dtype_; }
 
  private:
   // Under Join, what the ranks do in this iteration (one exchange).
@@ -113,10 +124,12 @@ class DDPCore {
 
   std::shared_ptr<torch::nn::Module> module_;
   DDPOptions options_;
+  std::unique_ptr<MixedPrecisionParams> mixed_precision_;  // before reducer_: outlives it
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
   std::optional<c10::Device> input_device_;
   c10::Device device_ = c10::kCPU;
+  std::optional<c10::ScalarType> input_dtype_;
 };
 
 // Forward's arguments on the module's device (device_ids): tensors, and vectors of them, are
@@ -137,6 +150,27 @@ template <typename T>
 struct HoldsTensors<std::vector<T>> : HoldsTensors<T> {};
 template <typename T, typename = std::enable_if_t<!HoldsTensors<std::decay_t<T>>::value>>
 T&& on_device(T&& value, const std::optional<c10::Device>&) {
+  return std::forward<T>(value);
+}
+
+// Forward's arguments under mixed precision: floating-point tensors, and vectors of them, cast to
+// param_dtype; anything else passes through untouched.
+inline at::Tensor cast_floating(const at::Tensor& value,
+                                const std::optional<c10::ScalarType>& dtype) {
+  return dtype && value.defined() && value.is_floating_point() && value.scalar_type() != *dtype
+             ? value.to(*dtype)
+             : value;
+}
+template <typename T>
+std::vector<T> cast_floating(const std::vector<T>& values,
+                             const std::optional<c10::ScalarType>& dtype) {
+  std::vector<T> cast;
+  cast.reserve(values.size());
+  for (const auto& value : values) cast.push_back(cast_floating(value, dtype));
+  return cast;
+}
+template <typename T, typename = std::enable_if_t<!HoldsTensors<std::decay_t<T>>::value>>
+T&& cast_floating(T&& value, const std::optional<c10::ScalarType>&) {
   return std::forward<T>(value);
 }
 
@@ -230,7 +264,9 @@ class DistributedDataParallel : public Joinable {
     Join::notify_join_context(*this);
     core_->before_forward(join_options());
     const auto& device = core_->input_device();
-    auto output = module_->forward(detail::on_device(std::forward<Args>(args), device)...);
+    const auto& dtype = core_->input_dtype();
+    auto output = module_->forward(
+        detail::cast_floating(detail::on_device(std::forward<Args>(args), device), dtype)...);
     std::vector<at::Tensor> tensors;
     detail::collect_tensors(output, tensors);
     core_->after_forward(tensors);

@@ -32,6 +32,7 @@ class CollectiveCall {
   CollectiveCall(std::string operation, Collective collective, const ProcessGroup& group);
 
   const std::string& operation() const { return operation_; }
+  Collective collective() const { return collective_; }
   GroupState& group() { return *group_; }
   /// The backend that carries this collective on tensors like `staged` (undefined: a barrier).
   /// Throws DistributedError when none of the group's does.

@@ -18,12 +18,20 @@ using detail::Collective;
 using detail::CollectiveCall;
 using detail::Launch;
 
+uint64_t bytes_of(const std::vector<at::Tensor>& tensors) {
+  uint64_t bytes = 0;
+  for (const auto& tensor : tensors) bytes += tensor.nbytes();
+  return bytes;
+}
+
 // Runs `body`, which issues the call on the backend, and wraps its failure with the operation's
-// context.
+// context. `payload`: the bytes handed to the backend, for the group's traffic counters.
 template <typename Body>
-c10::intrusive_ptr<c10d::Work> launch(CollectiveCall& call, Body&& body) {
+c10::intrusive_ptr<c10d::Work> launch(CollectiveCall& call, uint64_t payload, Body&& body) {
   try {
-    return body();
+    auto work = body();
+    call.group().traffic.add(call.collective(), payload);
+    return work;
   } catch (const std::exception& error) {
     detail::rethrow_backend_failure(call.operation(), error);
   }
@@ -57,7 +65,8 @@ Work all_reduce_async(at::Tensor& tensor, ReduceOp op, const ProcessGroup& group
   auto reduce = detail::backend_reduce(op, tensor, call, backend);
   if (verify) call.verify_matching_call(staged, -1, static_cast<int>(op));
   const int64_t size = call.group().size();
-  auto work = launch(call, [&] { return backend.all_reduce(staged, reduce.op, how); });
+  auto work =
+      launch(call, staged.nbytes(), [&] { return backend.all_reduce(staged, reduce.op, how); });
   at::Tensor target = tensor;
   return make_work(call, work, [target, staged, reduce, size]() mutable {
     at::Tensor result = staged;
@@ -89,7 +98,7 @@ Work average_narrow_between_hosts_async(at::Tensor& tensor, c10::ScalarType wire
   CollectiveCall call("all_reduce", Collective::kAllReduceNarrowBetweenHosts, group);
   Backend& backend = call.backend(tensor);
   const int64_t size = call.group().size();
-  auto work = launch(call, [&] {
+  auto work = launch(call, tensor.nbytes(), [&] {
     return backend.all_reduce_narrow_between_hosts(tensor, wire, size, Launch::kAsync);
   });
   return make_work(call, work, nullptr);
@@ -100,7 +109,8 @@ Work premul_sum_async(std::vector<at::Tensor> inputs, std::vector<at::Tensor> ou
   CollectiveCall call("all_reduce", Collective::kAllReduceLists, group);
   if (inputs.empty()) call.fail("premul_sum_async needs at least one tensor");
   Backend& backend = call.backend(inputs[0]);
-  auto work = launch(call, [&] {
+  const uint64_t payload = bytes_of(inputs);
+  auto work = launch(call, payload, [&] {
     return backend.all_reduce_lists(std::move(inputs), std::move(outputs),
                                     c10d::ReduceOp::PREMUL_SUM, factor, Launch::kAsync);
   });
@@ -114,7 +124,8 @@ Work broadcast_async(at::Tensor& tensor, int src, const ProcessGroup& group, boo
   at::Tensor staged = call.stage(tensor);
   if (verify) call.verify_matching_call(staged, src);
   Backend& backend = call.backend(staged);
-  auto work = launch(call, [&] { return backend.broadcast(staged, root, how); });
+  auto work =
+      launch(call, staged.nbytes(), [&] { return backend.broadcast(staged, root, how); });
   at::Tensor target = tensor;
   return make_work(call, work,
                    [target, staged]() mutable { CollectiveCall::unstage(target, staged); });
@@ -173,7 +184,8 @@ void reduce(at::Tensor& tensor, int dst, ReduceOp op, const ProcessGroup& group)
   detail::Backend& backend = call.backend(staged);
   auto backend_op = detail::backend_reduce(op, tensor, call, backend);
   call.verify_matching_call(staged, dst, static_cast<int>(op));
-  wait_now(call, launch(call, [&] { return backend.reduce(staged, root, backend_op.op); }));
+  wait_now(call, launch(call, staged.nbytes(),
+                       [&] { return backend.reduce(staged, root, backend_op.op); }));
   if (call.group().group_rank == root) {
     if (backend_op.divide_by_size) detail::divide_by(staged, call.group().size());
     CollectiveCall::unstage(tensor, staged);
@@ -191,7 +203,8 @@ Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs
   std::vector<at::Tensor> gathered;
   for (int i = 0; i < call.group().size(); ++i) gathered.push_back(at::empty_like(staged));
   Backend& backend = call.backend(staged);
-  auto work = launch(call, [&] { return backend.all_gather(gathered, staged, how); });
+  auto work = launch(call, staged.nbytes(),
+                     [&] { return backend.all_gather(gathered, staged, how); });
   // The backend fills the outputs in place; hand them out as the caller's tensor was: its dtype,
   // its device.
   std::vector<std::pair<at::Tensor, at::Tensor>> moves;  // (on the host, on the caller's device)
@@ -235,7 +248,8 @@ std::vector<at::Tensor> gather(const at::Tensor& tensor, int dst, const ProcessG
     for (int i = 0; i < call.group().size(); ++i) outputs.push_back(at::empty_like(staged));
   }
   detail::Backend& backend = call.backend(staged);
-  wait_now(call, launch(call, [&] { return backend.gather(outputs, staged, root); }));
+  wait_now(call, launch(call, staged.nbytes(),
+                       [&] { return backend.gather(outputs, staged, root); }));
   if (!is_root) return {};
   for (auto& out : outputs) {
     if (tensor.is_complex()) out = at::view_as_complex(out);
@@ -263,7 +277,8 @@ void scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, int src,
     }
   }
   detail::Backend& backend = call.backend(staged);
-  wait_now(call, launch(call, [&] { return backend.scatter(staged, sources, root); }));
+  const uint64_t payload = is_root ? bytes_of(sources) : staged.nbytes();
+  wait_now(call, launch(call, payload, [&] { return backend.scatter(staged, sources, root); }));
   CollectiveCall::unstage(out, staged);
 }
 
@@ -290,7 +305,7 @@ void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, Redu
       for (const auto& input : inputs) {
         sources.push_back(call.stage(input, "input").to(staged.device()));
       }
-      wait_now(call, launch(call, [&] {
+      wait_now(call, launch(call, bytes_of(sources), [&] {
                  return backend.reduce_scatter(staged, sources, reduce.op,
                                                detail::Launch::kWaitNow);
                }));
@@ -318,7 +333,7 @@ void send(const at::Tensor& tensor, int dst, const ProcessGroup& group, int tag)
   if (peer == call.group().group_rank) call.fail("a rank cannot send to itself");
   at::Tensor staged = call.stage(tensor);
   detail::Backend& backend = call.backend(staged);
-  wait_now(call, launch(call, [&] { return backend.send(staged, peer, tag); }));
+  wait_now(call, launch(call, staged.nbytes(), [&] { return backend.send(staged, peer, tag); }));
 }
 
 void recv(at::Tensor& tensor, int src, const ProcessGroup& group, int tag) {
@@ -327,7 +342,7 @@ void recv(at::Tensor& tensor, int src, const ProcessGroup& group, int tag) {
   if (peer == call.group().group_rank) call.fail("a rank cannot receive from itself");
   at::Tensor staged = call.stage(tensor);
   detail::Backend& backend = call.backend(staged);
-  wait_now(call, launch(call, [&] { return backend.recv(staged, peer, tag); }));
+  wait_now(call, launch(call, staged.nbytes(), [&] { return backend.recv(staged, peer, tag); }));
   CollectiveCall::unstage(tensor, staged);
 }
 
@@ -335,7 +350,7 @@ void barrier(const ProcessGroup& group) {
   CollectiveCall call("barrier", detail::Collective::kBarrier, group);
   call.verify_matching_call(at::Tensor());
   detail::Backend& backend = call.backend(at::Tensor());
-  wait_now(call, launch(call, [&] { return backend.barrier(detail::Launch::kWaitNow); }));
+  wait_now(call, launch(call, 0, [&] { return backend.barrier(detail::Launch::kWaitNow); }));
 }
 
 }  // namespace ddp

@@ -8,6 +8,7 @@
 #include "collectives/collective_call.h"
 #include "collectives/unverified.h"
 #include "common/error_context.h"
+#include "ddp/mixed_precision_params.h"
 #include "ddp/model_verification.h"
 #include "reducer/reducer.h"
 
@@ -74,6 +75,7 @@ DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
   }
   device_ = parameters.tensors[0].device();
   check_device_options(device_);
+  if (options_.mixed_precision()) check_mixed_precision_options(options_, device_);
   NamedTensors buffers = module_buffers(*module_);
   verify_model_across_ranks(parameters, buffers, group);
   std::vector<at::Tensor> state = parameters.tensors;
@@ -89,6 +91,16 @@ DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
   reducer_options.find_unused_parameters = options_.find_unused_parameters();
   reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view();
   reducer_options.static_graph = options_.static_graph();
+  if (options_.mixed_precision()) {
+    mixed_precision_ = std::make_unique<MixedPrecisionParams>(parameters.tensors, module_,
+                                                              *options_.mixed_precision());
+    input_dtype_ = options_.mixed_precision()->param_dtype();
+    reducer_options.reduce_dtype = options_.mixed_precision()->effective_reduce_dtype();
+    reducer_options.deliver_averages = [mixed = mixed_precision_.get()](
+                                           const std::vector<at::Tensor>& averages) {
+      mixed->finish_backward(averages);
+    };
+  }
   reducer_ = std::make_unique<Reducer>(std::move(parameters.tensors), std::move(parameters.names),
                                        group, reducer_options);
 }
@@ -180,6 +192,10 @@ void DDPCore::before_forward(const JoinOptions* join) {
   if (require_sync_ && options_.broadcast_buffers() && group.size() > 1) {
     broadcast_buffers(buffers_from);
   }
+  if (mixed_precision_) {
+    mixed_precision_->cast_for_forward();
+    reducer_->refresh_grad_accumulators();
+  }
 }
 
 void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
@@ -187,6 +203,7 @@ void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
     reducer_->prepare_for_backward(outputs);
   } else {
     reducer_->disarm();
+    if (mixed_precision_) mixed_precision_->restore();  // no backward will end this forward
   }
 }
 
@@ -212,6 +229,27 @@ void DDPCore::sync_final_model(bool is_last_joiner) {
   broadcast_coalesced(state, group, src);
 }
 
-void DDPCore::register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+void DDPCore::register_comm_hook(CommHook hook) {
+  if (mixed_precision_) {
+    fail<InvalidArgumentError>(
+        "DistributedDataParallel.register_comm_hook",
+        "comm hooks do not combine with mixed_precision: its buckets are already reduced in "
+        "reduce_dtype. Set MixedPrecision().reduce_dtype(torch::kBFloat16) instead of "
+        "bf16_compress(), or construct DDP without mixed_precision to use a hook.");
+  }
+  reducer_->register_comm_hook(std::move(hook));
+}
+
+void DDPCore::set_require_sync(bool sync) {
+  if (!sync && mixed_precision_) {
+    fail<InvalidArgumentError>(
+        "DistributedDataParallel.no_sync",
+        "no_sync() does not combine with mixed_precision: gradients would accumulate in "
+        "param_dtype between synchronizations. Run a synchronized backward for each micro-batch "
+        "instead (each adds its float32 average to .grad), or construct DDP without "
+        "mixed_precision.");
+  }
+  require_sync_ = sync;
+}
 
 }  // namespace ddp::detail

@@ -3,8 +3,8 @@
 // One GroupState per group this process knows, members and non-members alike. It owns the
 // group's backends (none for non-members), in the order they are asked (backend.h), and the
 // group's prefixed store. Fields are written once, when the group is created, except `destroyed`
-// (set by destroy_process_group) and the counter, which collectives touch from the thread that
-// issues them.
+// (set by destroy_process_group), the counter, which collectives touch from the thread that
+// issues them, and the traffic counters (thread-safe, traffic_counters.h).
 #pragma once
 
 #include <atomic>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "process_group/backend.h"
+#include "process_group/traffic_counters.h"
 
 namespace ddp::detail {
 
@@ -30,6 +31,7 @@ struct GroupState {
   c10::intrusive_ptr<c10d::Store> store;           // this group's own keys
   std::atomic<bool> destroyed{false};
   std::atomic<uint64_t> monitored_barrier_count{0};
+  TrafficCounters traffic;  // what this rank handed to the backends, by collective kind
 
   int size() const { return static_cast<int>(global_ranks.size()); }
   bool is_member() const { return group_rank >= 0; }

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "collectives/unverified.h"
+#include "reducer/low_precision_sum.h"
 
 namespace ddp::comm_hooks {
 
@@ -30,19 +31,9 @@ CommHook bf16_compress() {
   return [](const ProcessGroup& group, GradBucket& bucket) {
     at::Tensor buffer = bucket.buffer();
     at::Tensor halved = (buffer / group.size()).to(at::kBFloat16);
-    if (detail::reduces_natively(group, halved)) {  // NCCL, shared memory
-      return detail::all_reduce_async(halved, ReduceOp::SUM, group, /*verify=*/false)
-          .then([buffer, halved]() mutable { buffer.copy_(halved); });
-    }
-    // gloo has no bfloat16 (nor int16) reduction: move the raw bytes, add them up here in float32.
-    at::Tensor compressed = halved.view(at::kByte);
-    auto gathered = std::make_shared<std::vector<at::Tensor>>();
-    return detail::all_gather_async(compressed, *gathered, group, /*verify=*/false)
-        .then([buffer, gathered]() mutable {
-          at::Tensor sum = at::zeros(buffer.sizes(), buffer.options().dtype(at::kFloat));
-          for (const auto& part : *gathered) sum.add_(part.view(at::kBFloat16).to(at::kFloat));
-          buffer.copy_(sum.to(at::kBFloat16));
-        });
+    // NCCL and shared memory sum bfloat16; on gloo the bytes are gathered and summed in float32.
+    return detail::sum_over_ranks_async(halved, group)
+        .then([buffer, halved]() mutable { buffer.copy_(halved); });
   };
 }
 

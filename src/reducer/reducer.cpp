@@ -13,6 +13,7 @@
 #include "common/error_context.h"
 #include "reducer/bucket_assignment.h"
 #include "reducer/call_after_accumulation.h"
+#include "reducer/low_precision_sum.h"
 
 namespace ddp::detail {
 namespace {
@@ -27,11 +28,13 @@ std::vector<int64_t> strides_of_contiguous(at::IntArrayRef sizes) {
   return strides;
 }
 
-std::vector<TensorSpec> specs_of(const std::vector<at::Tensor>& parameters) {
+// dtype: the buckets' (mixed precision's reduce_dtype), else each parameter's own.
+std::vector<TensorSpec> specs_of(const std::vector<at::Tensor>& parameters,
+                                 std::optional<c10::ScalarType> dtype) {
   std::vector<TensorSpec> specs;
   for (const auto& p : parameters) {
-    specs.push_back(
-        {p.scalar_type(), p.device(), static_cast<size_t>(p.numel() * p.element_size())});
+    const auto type = dtype.value_or(p.scalar_type());
+    specs.push_back({type, p.device(), static_cast<size_t>(p.numel()) * c10::elementSize(type)});
   }
   return specs;
 }
@@ -53,14 +56,16 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   for (const auto& parameter : parameters_) {
     const auto dtype = parameter.scalar_type();
     // PREMUL_SUM with a double factor is defined for floats and doubles.
-    reduced_in_place_.push_back((dtype == at::kFloat || dtype == at::kDouble) &&
+    // Not with mixed precision: its buckets are of reduce_dtype, its gradients of param_dtype.
+    reduced_in_place_.push_back(!options_.reduce_dtype &&
+                                (dtype == at::kFloat || dtype == at::kDouble) &&
                                 reduces_lists_in_place(group_, parameter));
   }
   // Gradients become ready roughly in reverse registration order: start from that order, with a
   // small first bucket, until the first iteration tells the real order.
   std::vector<size_t> order;
   for (size_t i = parameters_.size(); i-- > 0;) order.push_back(i);
-  initialize_buckets(assign_buckets(specs_of(parameters_), order,
+  initialize_buckets(assign_buckets(specs_of(parameters_, options_.reduce_dtype), order,
                                     {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
   local_used_ = at::zeros({static_cast<int64_t>(parameters_.size())}, at::kInt);
   grads_before_.resize(parameters_.size());
@@ -81,6 +86,18 @@ void Reducer::install_hooks() {
     hook_keys_.push_back(accumulator->add_post_hook(
         std::make_unique<CallAfterAccumulation>([this, i] { autograd_hook(i); })));
     grad_accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void Reducer::refresh_grad_accumulators() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
+    if (accumulator == grad_accumulators_[i]) continue;
+    grad_accumulators_[i]->del_post_hook(hook_keys_[i]);
+    hook_keys_[i] = accumulator->add_post_hook(
+        std::make_unique<CallAfterAccumulation>([this, i] { autograd_hook(i); }));
+    grad_accumulators_[i] = std::move(accumulator);
   }
 }
 
@@ -110,18 +127,24 @@ void Reducer::initialize_buckets(const std::vector<std::vector<size_t>>& assignm
   }
 }
 
+at::TensorOptions Reducer::bucket_options(const Bucket& bucket) const {
+  auto options = parameters_[bucket.parameters[0]].options();
+  return options_.reduce_dtype ? options.dtype(*options_.reduce_dtype) : options;
+}
+
 void Reducer::allocate(Bucket& bucket) {
   c10::NoGradGuard no_grad;
   int64_t total = 0;
   for (size_t index : bucket.parameters) total += parameters_[index].numel();
-  bucket.buffer = at::zeros({total}, parameters_[bucket.parameters[0]].options());
+  const auto options = bucket_options(bucket);
+  bucket.buffer = at::zeros({total}, options);
   bucket.views.clear();
   int64_t offset = 0;
   for (size_t index : bucket.parameters) {
     const at::Tensor& parameter = parameters_[index];
     // A plain alias of the buffer's storage rather than an autograd view: libtorch's
     // Optimizer::zero_grad calls detach_() on each .grad, which views do not allow.
-    at::Tensor view = at::empty({0}, parameter.options());
+    at::Tensor view = at::empty({0}, options);
     view.set_(bucket.buffer.storage(), offset, parameter.sizes(),
               strides_of_contiguous(parameter.sizes()));
     bucket.views.push_back(view);
@@ -175,7 +198,7 @@ void Reducer::rebuild_buckets() {
   const std::vector<size_t> rank0_order = agree_on_ready_order();
   std::vector<Bucket> staged = std::move(buckets_);
   const std::vector<Slot> staged_slots = slots_;
-  initialize_buckets(assign_buckets(specs_of(parameters_), rank0_order,
+  initialize_buckets(assign_buckets(specs_of(parameters_, options_.reduce_dtype), rank0_order,
                                     {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
   // Backward staged every gradient in the buckets of construction: each moves to its new slot,
   // with its route (gradient_as_bucket_view's .grad already points into the new buffer).
@@ -438,7 +461,7 @@ void Reducer::shadow_backward() {
   if (recording_) {
     // The others reduce their first backward in the buckets of their recorded order.
     initialize_buckets(
-        assign_buckets(specs_of(parameters_), agree_on_ready_order(),
+        assign_buckets(specs_of(parameters_, options_.reduce_dtype), agree_on_ready_order(),
                        {options_.first_bucket_cap_bytes, options_.bucket_cap_bytes}));
     has_rebuilt_ = true;
   }
@@ -449,17 +472,10 @@ void Reducer::shadow_backward() {
     const Bucket& bucket = buckets_[index];
     int64_t elements = 0;
     for (size_t parameter : bucket.parameters) elements += parameters_[parameter].numel();
-    at::Tensor zeros = at::zeros({elements}, parameters_[bucket.parameters[0]].options());
-    if (reduces_in_place(bucket)) {
-      works.push_back(premul_sum_async({zeros}, {zeros}, average_, group_));
-    } else if (comm_hook_) {
-      std::vector<at::Tensor> members;
-      for (size_t parameter : bucket.parameters) members.push_back(parameters_[parameter]);
-      GradBucket grad_bucket(index, buckets_.size(), zeros, std::move(members));
-      works.push_back(comm_hook_(group_, grad_bucket));
-    } else {
-      works.push_back(all_reduce_async(zeros, ReduceOp::SUM, group_, /*verify=*/false));
-    }
+    at::Tensor zeros = at::zeros({elements}, bucket_options(bucket));
+    works.push_back(reduces_in_place(bucket)
+                        ? premul_sum_async({zeros}, {zeros}, average_, group_)
+                        : reduce_flat_async(index, zeros));
   }
   if (options_.find_unused_parameters) {
     at::Tensor unused = at::zeros({static_cast<int64_t>(parameters_.size())},
@@ -476,7 +492,21 @@ void Reducer::verify_step() {
   step_verified_ = true;
   int64_t elements = 0;
   for (const auto& parameter : parameters_) elements += parameter.numel();
-  verify_ddp_step(kDdpBackwardStep, parameters_.front().scalar_type(), elements, group_);
+  // The buckets' dtype: under mixed precision the parameters' dtype changes within a step.
+  const auto dtype = options_.reduce_dtype.value_or(parameters_.front().scalar_type());
+  verify_ddp_step(kDdpBackwardStep, dtype, elements, group_);
+}
+
+Work Reducer::reduce_flat_async(size_t index, const at::Tensor& flat) {
+  if (comm_hook_) {
+    std::vector<at::Tensor> members;
+    for (size_t parameter : buckets_[index].parameters) members.push_back(parameters_[parameter]);
+    GradBucket grad_bucket(index, buckets_.size(), flat, std::move(members));
+    return comm_hook_(group_, grad_bucket);
+  }
+  at::Tensor buffer = flat;
+  if (options_.reduce_dtype) return sum_over_ranks_async(buffer, group_);  // bfloat16 on gloo too
+  return all_reduce_async(buffer, ReduceOp::SUM, group_, /*verify=*/false);
 }
 
 bool Reducer::launch_ready_buckets() {
@@ -497,13 +527,8 @@ bool Reducer::launch_ready_buckets() {
         }
       }
       bucket.work = premul_sum_async(std::move(inputs), std::move(outputs), average_, group_);
-    } else if (comm_hook_) {
-      std::vector<at::Tensor> members;
-      for (size_t index : bucket.parameters) members.push_back(parameters_[index]);
-      GradBucket grad_bucket(next_bucket_, buckets_.size(), bucket.buffer, std::move(members));
-      bucket.work = comm_hook_(group_, grad_bucket);
     } else {
-      bucket.work = all_reduce_async(bucket.buffer, ReduceOp::SUM, group_, /*verify=*/false);
+      bucket.work = reduce_flat_async(next_bucket_, bucket.buffer);
     }
     ++next_bucket_;
   }
@@ -529,9 +554,15 @@ void Reducer::finalize_backward() {
     used_on_host = global_used_.cpu();
     used = used_on_host.data_ptr<int32_t>();
   }
+  std::vector<at::Tensor> averages;  // mixed precision: handed to deliver_averages
+  if (options_.deliver_averages) averages.resize(parameters_.size());
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (used && used[i] == 0) continue;  // unused on every rank: .grad stays as it was
     const Bucket& bucket = buckets_[slots_[i].bucket];
+    if (options_.deliver_averages) {  // always Route::kBucket (no list route)
+      averages[i] = bucket.views[slots_[i].position];
+      continue;
+    }
     if (bucket.routes[slots_[i].position] == Route::kInGrad) {
       // Written by the backend, not through an op: tell autograd the tensor changed.
       torch::autograd::impl::bump_version(parameters_[i].grad());
@@ -555,6 +586,7 @@ void Reducer::finalize_backward() {
   for (auto& bucket : buckets_) bucket.grads.assign(bucket.grads.size(), at::Tensor());
   release_unused_buffers();
   grads_before_.assign(parameters_.size(), GradBefore());
+  if (options_.deliver_averages) options_.deliver_averages(averages);
   finalized_ = true;
   armed_ = false;
 }

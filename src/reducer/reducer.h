@@ -32,7 +32,9 @@
 
 #include <torch/csrc/autograd/function.h>
 
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,11 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
+  // Mixed precision (src/ddp/mixed_precision_params.h): the buckets are of this dtype (never the
+  // in-place list route), and finalize hands each average, by parameter index (undefined where
+  // no rank used it), to deliver_averages instead of writing .grad.
+  std::optional<c10::ScalarType> reduce_dtype;
+  std::function<void(const std::vector<at::Tensor>& averages)> deliver_averages;
 };
 
 class Reducer {
@@ -70,6 +77,9 @@ class Reducer {
 
   /// REQUIRES: no backward has run yet; called at most once.
   void register_comm_hook(CommHook hook);
+  /// After a parameter's data changed dtype (set_data, mixed precision), which drops its gradient
+  /// accumulator: moves the hooks to the accumulator autograd uses now.
+  void refresh_grad_accumulators();
 
   /// The number the gradients are averaged over from the next backward on (the group's size;
   /// under Join, possibly the ranks still training). Not used by comm hooks.
@@ -104,6 +114,11 @@ class Reducer {
 
   void install_hooks();
   void initialize_buckets(const std::vector<std::vector<size_t>>& assignment);
+  // The dtype and device of the bucket's buffer.
+  at::TensorOptions bucket_options(const Bucket& bucket) const;
+  // Starts the reduction of bucket `index`'s gradients, flattened into `flat` (its buffer, or
+  // zeros on a rank that finished under Join): through the comm hook, or summed.
+  Work reduce_flat_async(size_t index, const at::Tensor& flat);
   // Gives the bucket its flat buffer and views (zeros), when a gradient first needs them.
   void allocate(Bucket& bucket);
   // After backward: frees the buffers that no gradient of this iteration went through.
