@@ -483,3 +483,25 @@ TEST(Join, CommHooksStaticGraphAndBucketViewsAreShadowedToo) {
     for (const auto& other : all) EXPECT_TRUE(torch::equal(other, all[0]));
   });
 }
+
+TEST(Join, MixedPrecisionIsShadowedInTheBucketsDtype) {
+  // The finished rank's zeros go out in reduce_dtype (bfloat16 buckets), as the others' averages.
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("gloo").timeout(kTimeout));
+    auto net = join_mlp();
+    ddp::DistributedDataParallel model(
+        net, ddp::DDPOptions().mixed_precision(ddp::MixedPrecision().param_dtype(torch::kBFloat16)));
+    torch::optim::SGD optimizer(net->parameters(), 0.1);
+    ddp::Join join({&model});
+    for (int batch = 0; batch < (rank == 0 ? 3 : 1); ++batch) {
+      optimizer.zero_grad();
+      torch::mse_loss(model(join_input(rank, batch)).to(torch::kFloat), join_target(rank, batch))
+          .backward();
+      optimizer.step();
+    }
+    join.finish();
+    for (const auto& p : net->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
+    auto all = ddp::all_gather(flat(*net));
+    EXPECT_TRUE(torch::equal(all[0], all[1]));
+  });
+}
