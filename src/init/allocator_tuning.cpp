@@ -1,10 +1,9 @@
 #include "init/allocator_tuning.h"
 
 #include <malloc.h>
+#include <unistd.h>  // environ (declared there, with C linkage, under _GNU_SOURCE)
 
 #include <cstring>
-
-extern char** environ;
 
 namespace ddp::detail {
 
