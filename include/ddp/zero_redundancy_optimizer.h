@@ -17,8 +17,10 @@
 //
 // It is a torch::optim::Optimizer whose param_groups() hold every parameter with the wrapped
 // optimizer's options: learning-rate schedulers change those, and step() hands them to the wrapped
-// optimizer. It is a ddp::Joinable: under ddp::Join a rank that finished takes part in the
-// parameter exchange of those still stepping (list the DDP module first, then the optimizer).
+// optimizer. It is a ddp::Joinable: under ddp::Join a rank that finished goes on stepping with
+// those still training, as PyTorch's join hook does: its partition with the gradients its
+// parameters last received (nothing clears them there), then the exchange. List the DDP module
+// first, then the optimizer.
 //
 // Thread-safety: one training thread; step(), consolidate_state_dict() and the constructor are
 // collective over the optimizer's group and must be called on every member in the same order.
@@ -137,8 +139,7 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer, public Joinable 
   c10::Device join_device() const override;
   ProcessGroup join_process_group() const override;
 
-  /// Hands every rank the parameters their owners hold (step()'s exchange, and a finished rank's
-  /// part of it under Join). Collective.
+  /// Hands every rank the parameters their owners hold: step()'s exchange. Collective.
   void sync_parameters();
 
  private:

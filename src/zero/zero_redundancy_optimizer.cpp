@@ -271,12 +271,13 @@ int64_t ZeroRedundancyOptimizer::local_state_bytes() const {
 
 namespace {
 
-// A rank that finished takes part in the exchange of the ranks still stepping (PyTorch's
-// _ZeROJoinHook): its own partition, not stepped, goes out as it is.
+// A rank that finished keeps stepping with the ranks still training (PyTorch's _ZeROJoinHook):
+// its partition is stepped with the gradients its parameters hold (nothing clears them on a
+// finished rank), then it takes part in the exchange.
 class ZeroJoinHook : public JoinHook {
  public:
   explicit ZeroJoinHook(ZeroRedundancyOptimizer& optimizer) : optimizer_(&optimizer) {}
-  void main_hook() override { optimizer_->sync_parameters(); }
+  void main_hook() override { optimizer_->step(); }
 
  private:
   ZeroRedundancyOptimizer* optimizer_;

@@ -480,3 +480,93 @@ TEST(ZeroRedundancyOptimizer, ACheckpointSavedAtFourRanksGoesOnAtTwoAndThreeAsTh
     });
   }
 }
+
+namespace {
+
+// Uneven inputs: ranks with 5, 4 and 2 batches under Join([DDP, ZeRO]), SGD with momentum, in
+// PyTorch; rank 0 (a last joiner) writes its final parameters.
+constexpr const char* kPythonZeroJoinRank = R"(
+import os, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.distributed.algorithms.join import Join
+from torch.distributed.optim import ZeroRedundancyOptimizer
+dist.init_process_group("gloo")
+r = dist.get_rank()
+net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+with torch.no_grad():
+    for k, p in enumerate(net.parameters()):
+        p.copy_((0.3 * torch.cos(torch.arange(p.numel(), dtype=torch.float32) * 0.1 + k)).reshape(p.shape))
+model = DDP(net)
+opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.SGD, lr=0.1, momentum=0.9)
+with Join([model, opt]):
+    for b in range([5, 4, 2][r]):
+        x = torch.sin(torch.arange(24, dtype=torch.float32) * 0.37 + (11 * r + 3 * b)).reshape(4, 6)
+        y = torch.cos(torch.arange(12, dtype=torch.float32) * 0.5 + (r + b)).reshape(4, 3)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+if r == 0:
+    with open(os.environ["ZERO_OUT"] + ".part", "w") as f:
+        f.write(" ".join("%.9g" % v for v in flat.tolist()))
+    os.rename(os.environ["ZERO_OUT"] + ".part", os.environ["ZERO_OUT"])
+dist.destroy_process_group()
+)";
+
+}  // namespace
+
+TEST(ZeroRedundancyOptimizer, UnderJoinThreeUnevenRanksReachThePyTorchZeroJoinParameters) {
+  if (ddp::testing::torch_python().empty()) {
+    GTEST_SKIP() << "no Python with torch (python3-torch, or DDP_TEST_PYTHON)";
+  }
+  const std::string out = ddp::testing::fresh_path("pytorch_zero_join") + ".txt";
+  run_ranks_ok(
+      3,
+      [&](int) {
+        ::setenv("ZERO_OUT", out.c_str(), 1);
+        ddp::testing::exec_python(kPythonZeroJoinRank);
+      },
+      std::chrono::seconds(90));
+  std::ifstream in(out);
+  std::vector<float> values;
+  float value;
+  while (in >> value) values.push_back(value);
+  const torch::Tensor theirs = torch::tensor(values);
+  ASSERT_EQ(theirs.numel(), 83) << out;
+  for (auto exchange : {ddp::ZeroExchange::kBroadcast, ddp::ZeroExchange::kAllGather}) {
+    run_ranks_ok(3, [&](int rank) {
+      ddp::init_process_group(ddp::InitOptions().backend("gloo").timeout(kZeroTimeout));
+      torch::nn::Sequential net(torch::nn::Linear(6, 8), torch::nn::Tanh(),
+                                torch::nn::Linear(8, 3));
+      {
+        torch::NoGradGuard no_grad;
+        int k = 0;
+        for (auto& p : net->parameters()) {
+          p.copy_((0.3 * torch::cos(torch::arange(p.numel(), torch::kFloat) * 0.1 + k++))
+                      .reshape(p.sizes()));
+        }
+      }
+      ddp::DistributedDataParallel model(net);
+      ddp::ZeroRedundancyOptimizer zero(
+          net->parameters(),
+          ddp::zero_optimizer<torch::optim::SGD>(torch::optim::SGDOptions(0.1).momentum(0.9)),
+          ddp::ZeroRedundancyOptimizerOptions().exchange(exchange));
+      {
+        ddp::Join join({&model, &zero});
+        const int batches[] = {5, 4, 2};
+        for (int b = 0; b < batches[rank]; ++b) {
+          auto x = torch::sin(torch::arange(24, torch::kFloat) * 0.37 + (11 * rank + 3 * b))
+                       .reshape({4, 6});
+          auto y = torch::cos(torch::arange(12, torch::kFloat) * 0.5 + (rank + b)).reshape({4, 3});
+          zero.zero_grad();
+          torch::mse_loss(model(x), y).backward();
+          zero.step();
+        }
+        join.finish();
+      }
+      auto mine = flat_parameters(*net);
+      EXPECT_TRUE(torch::allclose(mine, theirs, 0, 1e-5))
+          << "max difference " << (mine - theirs).abs().max().item<double>();
+    });
+  }
+}
