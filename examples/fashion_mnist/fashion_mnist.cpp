@@ -49,6 +49,7 @@ struct Options {
   std::string comm_hook = "none";
   int64_t powersgd_rank = 4;
   int64_t powersgd_start = -1;  // -1: a tenth of the run's steps
+  std::string shard = "none";   // "zero": ZeroRedundancyOptimizer
 };
 
 const char* kUsage =
@@ -59,7 +60,7 @@ const char* kUsage =
     "                     [--device auto|cpu|cuda] [--backend auto|shm|gloo|nccl]\n"
     "                     [--timeout SECONDS]\n"
     "                     [--comm-hook none|fp16|bf16|fp16-hosts|bf16-hosts|powersgd]\n"
-    "                     [--powersgd-rank R] [--powersgd-start-iter N]\n"
+    "                     [--powersgd-rank R] [--powersgd-start-iter N] [--shard none|zero]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
@@ -76,7 +77,9 @@ const char* kUsage =
     "fp16-hosts | bf16-hosts (compressed only between hosts, full precision inside each) |\n"
     "powersgd (PyTorch's PowerSGD: --powersgd-rank 4, plain averaging for the first\n"
     "--powersgd-start-iter steps, by default a tenth of the run's; its state is not in the\n"
-    "checkpoint, so a resumed run starts it again).\n";
+    "checkpoint, so a resumed run starts it again). --shard zero splits the optimizer state\n"
+    "across the ranks (ddp::ZeroRedundancyOptimizer); its checkpoint holds the whole state and\n"
+    "resumes at any number of ranks.\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -127,6 +130,8 @@ Options parse(int argc, char** argv) {
       o.powersgd_rank = std::stoll(value());
     } else if (arg == "--powersgd-start-iter") {
       o.powersgd_start = std::stoll(value());
+    } else if (arg == "--shard") {
+      o.shard = value();
     } else {
       throw std::runtime_error("unknown argument '" + arg + "'\n" + kUsage);
     }
@@ -142,6 +147,9 @@ Options parse(int argc, char** argv) {
     throw std::runtime_error(
         "--comm-hook must be none, fp16, bf16, fp16-hosts, bf16-hosts or powersgd, got '" +
                              o.comm_hook + "'");
+  }
+  if (o.shard != "none" && o.shard != "zero") {
+    throw std::runtime_error("--shard must be none or zero, got '" + o.shard + "'");
   }
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
     throw std::runtime_error("--device must be auto, cpu or cuda, got '" + o.device + "'");
@@ -272,7 +280,14 @@ int run(const Options& o) {
   Net net;
   net->to(device);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (o.optimizer == "adam") {
+  if (o.shard == "zero") {
+    // Each rank keeps the optimizer state of its partition of the parameters only.
+    optimizer = std::make_unique<ddp::ZeroRedundancyOptimizer>(
+        net->parameters(),
+        o.optimizer == "adam"
+            ? ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(o.lr))
+            : ddp::zero_optimizer<torch::optim::SGD>(torch::optim::SGDOptions(o.lr).momentum(0.9)));
+  } else if (o.optimizer == "adam") {
     optimizer =
         std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(o.lr));
   } else {
@@ -352,6 +367,10 @@ int run(const Options& o) {
     if (!o.checkpoint.empty()) {
       auto extra = history_to_extra(history);
       extra["epoch"] = epoch + 1;
+      // A sharded optimizer's state is gathered onto rank 0, which writes it (collective).
+      if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(optimizer.get())) {
+        zero->consolidate_state_dict(0);
+      }
       ddp::save_checkpoint(o.checkpoint, *net, optimizer.get(), extra);
     }
     if (rank == 0) {
