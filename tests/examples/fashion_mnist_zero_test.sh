@@ -3,7 +3,7 @@
 # synthetic IDX data set: a run interrupted after epoch 1 and resumed ends with exactly the
 # parameters of an uninterrupted run; its checkpoint holds the whole optimizer state in PyTorch's
 # layout (Python's torch.load reads it and torch.optim.Adam loads it); a run at 3 ranks resumes
-# from it; a bad --shard is refused by name.
+# from it; a comm hook works alongside; a bad --shard is refused by name.
 # Usage: fashion_mnist_zero_test.sh DDPRUN FASHION_MNIST
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +54,10 @@ adam.load_state_dict(state)
 assert torch.equal(adam.state[copies[0]]["exp_avg_sq"], state["state"][0]["exp_avg_sq"])
 print("ZeRO checkpoint: resumed run equals the uninterrupted one; torch.optim.Adam loads it")
 PY
+
+# A comm hook alongside: the gradients ZeRO steps with are the hook's.
+run 2 --epochs 1 --checkpoint '' --comm-hook bf16 > hook.log
+tail -n 1 hook.log | grep -q '"test_accuracy"'
 
 if run 2 --epochs 1 --checkpoint '' --shard fsdp > bad.log 2>&1; then exit 1; fi
 grep -q "shard must be none or zero, got 'fsdp'" bad.log
