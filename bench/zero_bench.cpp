@@ -100,11 +100,12 @@ int main(int argc, char** argv) {
   } else {
     zero = std::make_unique<ddp::ZeroRedundancyOptimizer>(
         net->parameters(), ddp::zero_optimizer<torch::optim::Adam>(adam),
-        ddp::ZeroRedundancyOptimizerOptions().exchange(
-            options.mode == "broadcast" ? ddp::ZeroExchange::kBroadcast
-                                        : ddp::ZeroExchange::kAllGather));
+        ddp::ZeroRedundancyOptimizerOptions().exchange(options.mode == "broadcast"
+                                                           ? ddp::ZeroExchange::kBroadcast
+                                                           : ddp::ZeroExchange::kAllGather));
   }
-  torch::optim::Optimizer& optimizer = plain ? *plain : static_cast<torch::optim::Optimizer&>(*zero);
+  torch::optim::Optimizer& optimizer =
+      plain ? *plain : static_cast<torch::optim::Optimizer&>(*zero);
   auto one_step = [&] {
     optimizer.zero_grad();
     model(torch::randn({8, options.width})).pow(2).mean().backward();

@@ -62,8 +62,8 @@ Work all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input,
 /// runs of output's element count; `output` receives the reduction over ranks of the run of this
 /// group rank. Native on shm and NCCL; elsewhere one all-reduce of a copy of `input` (twice the
 /// bytes of a native one).
-void reduce_scatter_tensor(at::Tensor& output, const at::Tensor& input,
-                           ReduceOp op = ReduceOp::SUM, const ProcessGroup& group = ProcessGroup());
+void reduce_scatter_tensor(at::Tensor& output, const at::Tensor& input, ReduceOp op = ReduceOp::SUM,
+                           const ProcessGroup& group = ProcessGroup());
 Work reduce_scatter_tensor_async(at::Tensor& output, const at::Tensor& input,
                                  ReduceOp op = ReduceOp::SUM,
                                  const ProcessGroup& group = ProcessGroup());

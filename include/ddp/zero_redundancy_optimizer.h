@@ -10,7 +10,8 @@
 //
 //   ddp::DistributedDataParallel model(net);
 //   ddp::ZeroRedundancyOptimizer optimizer(
-//       model->parameters(), ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-3)));
+//       model->parameters(),
+//       ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-3)));
 //   ...  loss.backward(); optimizer.step(); optimizer.zero_grad();
 //   optimizer.consolidate_state_dict(0);           // collective
 //   if (ddp::get_rank() == 0) auto state = optimizer.state_dict();

@@ -134,7 +134,8 @@ std::unique_ptr<Options> read_adam_options(const Reader& read, const c10::impl::
 }
 
 template <typename State>
-std::unique_ptr<State> read_adam_state(const Reader& read, const c10::impl::GenericDict& saved_state,
+std::unique_ptr<State> read_adam_state(const Reader& read,
+                                       const c10::impl::GenericDict& saved_state,
                                        const at::Tensor& param, const std::string& param_where) {
   auto s = std::make_unique<State>();
   s->step(static_cast<int64_t>(read.number(saved_state, "step", param_where)));

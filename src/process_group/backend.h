@@ -98,8 +98,7 @@ class Backend {
   /// order. The defaults hand views of those runs to all_gather and reduce_scatter (no copy where
   /// the backend writes into its outputs in place, as shm does); NCCL overrides them with c10d's
   /// flat calls. Taken where kAllGather and kReduceScatter are.
-  virtual BackendWork all_gather_into_tensor(at::Tensor& output, at::Tensor& input,
-                                             Launch launch);
+  virtual BackendWork all_gather_into_tensor(at::Tensor& output, at::Tensor& input, Launch launch);
   virtual BackendWork reduce_scatter_tensor(at::Tensor& output, at::Tensor& input, RedOp op,
                                             Launch launch);
   virtual BackendWork reduce(at::Tensor& tensor, int root, RedOp op);

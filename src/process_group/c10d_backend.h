@@ -49,8 +49,7 @@ class C10dBackend : public Backend {
   BackendWork barrier(Launch launch) override;
   BackendWork reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, RedOp op,
                              Launch launch) override;
-  BackendWork all_gather_into_tensor(at::Tensor& output, at::Tensor& input,
-                                     Launch launch) override;
+  BackendWork all_gather_into_tensor(at::Tensor& output, at::Tensor& input, Launch launch) override;
   BackendWork reduce_scatter_tensor(at::Tensor& output, at::Tensor& input, RedOp op,
                                     Launch launch) override;
   BackendWork reduce(at::Tensor& tensor, int root, RedOp op) override;

@@ -14,9 +14,8 @@ ZeroPartition partition_by_size(const std::vector<std::vector<int64_t>>& numels,
     const auto& sizes_in_group = numels[group];
     std::vector<int64_t> order(sizes_in_group.size());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return sizes_in_group[a] > sizes_in_group[b];
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return sizes_in_group[a] > sizes_in_group[b]; });
     result.owner.resize(result.owner.size() + sizes_in_group.size());
     for (int64_t i : order) {
       const int rank =

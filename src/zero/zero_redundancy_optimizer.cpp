@@ -229,8 +229,8 @@ void ZeroRedundancyOptimizer::sync_parameters() {
       std::vector<std::pair<at::Tensor, Work>> pending;
       for (int rank = 0; rank < s.world_size; ++rank) {
         if (lengths[rank] == 0) continue;
-        at::Tensor flat = rank == s.rank ? pack(per_rank[rank]) : at::empty({lengths[rank]},
-                                                                            like.options());
+        at::Tensor flat =
+            rank == s.rank ? pack(per_rank[rank]) : at::empty({lengths[rank]}, like.options());
         Work work = detail::broadcast_async(flat, ranks[rank], s.group, /*verify=*/false);
         pending.emplace_back(flat, std::move(work));
       }

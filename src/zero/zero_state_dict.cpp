@@ -21,7 +21,9 @@ namespace ddp {
 namespace detail {
 namespace {
 
-int64_t state_tensor_bytes(const at::Tensor& tensor) { return tensor.defined() ? tensor.nbytes() : 0; }
+int64_t state_tensor_bytes(const at::Tensor& tensor) {
+  return tensor.defined() ? tensor.nbytes() : 0;
+}
 
 }  // namespace
 
@@ -59,7 +61,7 @@ constexpr const char* kZeroConsolidate = "ZeroRedundancyOptimizer::consolidate_s
 constexpr const char* kZeroLoad = "ZeroRedundancyOptimizer::load_state_dict";
 
 c10::impl::GenericDict zero_dict_entry(const c10::impl::GenericDict& dict, const std::string& key,
-                                  const char* operation) {
+                                       const char* operation) {
   auto it = dict.find(key);
   if (it == dict.end() || !it->value().isGenericDict()) {
     detail::fail<InvalidArgumentError>(operation, "the state dict has no dict \"" + key +
@@ -70,7 +72,7 @@ c10::impl::GenericDict zero_dict_entry(const c10::impl::GenericDict& dict, const
 }
 
 c10::List<c10::IValue> zero_list_entry(const c10::impl::GenericDict& dict, const std::string& key,
-                                  const char* operation) {
+                                       const char* operation) {
   auto it = dict.find(key);
   if (it == dict.end() || !it->value().isList()) {
     detail::fail<InvalidArgumentError>(operation, "the state dict has no list \"" + key + "\"");
@@ -83,10 +85,12 @@ c10::List<c10::IValue> zero_list_entry(const c10::impl::GenericDict& dict, const
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   Shards& s = *shards_;
   if (to < 0 || to >= s.world_size) {
-    detail::fail<InvalidArgumentError>(kZeroConsolidate, "to=" + std::to_string(to) +
-                                                         " is not a rank of the optimizer's group "
-                                                         "of " + std::to_string(s.world_size) +
-                                                         " (to is a group rank, as in PyTorch)");
+    detail::fail<InvalidArgumentError>(kZeroConsolidate,
+                                       "to=" + std::to_string(to) +
+                                           " is not a rank of the optimizer's group "
+                                           "of " +
+                                           std::to_string(s.world_size) +
+                                           " (to is a group rank, as in PyTorch)");
   }
   // Local states in PyTorch's layout, pickled, gathered as bytes padded to the longest.
   c10::IValue mine = detail::optimizer_state_dict(*s.local, kZeroConsolidate);
@@ -105,19 +109,19 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   c10::impl::GenericList own_groups(c10::AnyType::get());
   for (int rank = 0; rank < s.world_size; ++rank) {
     const char* data = static_cast<const char*>(gathered[rank].data_ptr());
-    auto local = torch::jit::pickle_load(
-                     std::vector<char>(data, data + lengths[rank].item<int64_t>()))
-                     .toGenericDict();
+    auto local =
+        torch::jit::pickle_load(std::vector<char>(data, data + lengths[rank].item<int64_t>()))
+            .toGenericDict();
     auto local_state = zero_dict_entry(local, "state", kZeroConsolidate);
     auto local_groups = zero_list_entry(local, "param_groups", kZeroConsolidate);
     if (rank == to) own_groups = local_groups;
     for (size_t g = 0; g < local_groups.size(); ++g) {
-      auto indices =
-          zero_list_entry(c10::IValue(local_groups.get(g)).toGenericDict(), "params", kZeroConsolidate);
+      auto indices = zero_list_entry(c10::IValue(local_groups.get(g)).toGenericDict(), "params",
+                                     kZeroConsolidate);
       const auto& globals = s.partition.owned[rank][g];
-      TORCH_CHECK(indices.size() == globals.size(),
-                  "ddp-cpp bug: rank ", rank, "'s wrapped optimizer has ", indices.size(),
-                  " parameters in group ", g, " but its partition ", globals.size());
+      TORCH_CHECK(indices.size() == globals.size(), "ddp-cpp bug: rank ", rank,
+                  "'s wrapped optimizer has ", indices.size(), " parameters in group ", g,
+                  " but its partition ", globals.size());
       for (size_t j = 0; j < indices.size(); ++j) {
         auto found = local_state.find(indices.get(j));
         if (found != local_state.end()) state[globals[j]] = found->value();
@@ -158,16 +162,16 @@ void ZeroRedundancyOptimizer::load_state_dict(const c10::IValue& saved) {
   Shards& s = *shards_;
   if (!saved.isGenericDict()) {
     detail::fail<InvalidArgumentError>(kZeroLoad, "the state dict is a " + saved.tagKind() +
-                                                  ", not a dict in PyTorch's optimizer layout");
+                                                      ", not a dict in PyTorch's optimizer layout");
   }
   auto top = saved.toGenericDict();
   auto state = zero_dict_entry(top, "state", kZeroLoad);
   auto groups = zero_list_entry(top, "param_groups", kZeroLoad);
   if (groups.size() != param_groups_.size()) {
-    detail::fail<InvalidArgumentError>(
-        kZeroLoad, "the state dict has " + std::to_string(groups.size()) +
-                   " parameter group(s); this optimizer has " +
-                   std::to_string(param_groups_.size()));
+    detail::fail<InvalidArgumentError>(kZeroLoad, "the state dict has " +
+                                                      std::to_string(groups.size()) +
+                                                      " parameter group(s); this optimizer has " +
+                                                      std::to_string(param_groups_.size()));
   }
   // This rank's part, renumbered as its wrapped optimizer numbers its parameters.
   c10::impl::GenericDict local_state(c10::IntType::get(), c10::AnyType::get());
@@ -181,9 +185,9 @@ void ZeroRedundancyOptimizer::load_state_dict(const c10::IValue& saved) {
     if (static_cast<int64_t>(saved_indices.size()) != count) {
       detail::fail<InvalidArgumentError>(
           kZeroLoad, "the state dict has " + std::to_string(saved_indices.size()) +
-                     " parameters in param_groups[" + std::to_string(g) +
-                     "]; this optimizer has " + std::to_string(count) +
-                     " there. Load a state saved from the same model");
+                         " parameters in param_groups[" + std::to_string(g) +
+                         "]; this optimizer has " + std::to_string(count) +
+                         " there. Load a state saved from the same model");
     }
     c10::impl::GenericList indices(c10::AnyType::get());
     for (int64_t global : s.partition.owned[s.rank][g]) {

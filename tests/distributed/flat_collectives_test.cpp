@@ -36,12 +36,11 @@ void all_gather_into_tensor_gathers_every_rank(const std::string& backend, int w
   run_ranks_ok(world, [&](int rank) {
     init_backend(backend, rank);
     for (int64_t numel : {int64_t(1), int64_t(7), int64_t(100003)}) {
-      torch::Tensor expected = torch::cat(
-          [&] {
-            std::vector<torch::Tensor> parts;
-            for (int r = 0; r < world; ++r) parts.push_back(part_of(r, numel));
-            return parts;
-          }());
+      torch::Tensor expected = torch::cat([&] {
+        std::vector<torch::Tensor> parts;
+        for (int r = 0; r < world; ++r) parts.push_back(part_of(r, numel));
+        return parts;
+      }());
       // Concatenated along dim 0.
       torch::Tensor flat = torch::full({world * numel}, -1.0);
       ddp::all_gather_into_tensor(flat, part_of(rank, numel));
@@ -82,8 +81,8 @@ void reduce_scatter_tensor_reduces_each_ranks_run(const std::string& backend, in
 
       torch::Tensor largest = torch::full({numel}, -1.0);
       ddp::reduce_scatter_tensor(largest, input, ddp::ReduceOp::MAX);
-      EXPECT_TRUE(torch::equal(largest, part_of(world - 1, world * numel).narrow(0, rank * numel,
-                                                                               numel)));
+      EXPECT_TRUE(
+          torch::equal(largest, part_of(world - 1, world * numel).narrow(0, rank * numel, numel)));
     }
     // Integers too.
     torch::Tensor counts = torch::arange(world * 3, torch::kLong) + rank;

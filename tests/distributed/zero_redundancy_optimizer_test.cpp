@@ -2,9 +2,8 @@
 // where both see the same averaged gradients), as one process with the whole batch, and as
 // PyTorch's ZeroRedundancyOptimizer; its state dict; its errors.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
-
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
 
 #include <fstream>
 #include <string>
@@ -44,8 +43,8 @@ torch::Tensor flat_parameters(const torch::nn::Module& net) {
 }
 
 // One training step on this rank's rows of the global batch (all of them for world 1).
-void zero_train_step(torch::nn::Sequential& net, const std::function<torch::Tensor(torch::Tensor)>&
-                                                     forward,
+void zero_train_step(torch::nn::Sequential& net,
+                     const std::function<torch::Tensor(torch::Tensor)>& forward,
                      torch::optim::Optimizer& optimizer, int step, int rank, int world) {
   const int rows = kGlobalBatch / world;
   optimizer.zero_grad();
@@ -75,14 +74,18 @@ void expect_zero_equals_plain(const std::string& backend, int world, const Facto
     auto optimizer_plain = plain(net_plain->parameters());
     auto optimizer_alone = plain(net_alone->parameters());
     ddp::ZeroRedundancyOptimizer optimizer_zero(
-        net_zero->parameters(), factory(), ddp::ZeroRedundancyOptimizerOptions().exchange(exchange));
+        net_zero->parameters(), factory(),
+        ddp::ZeroRedundancyOptimizerOptions().exchange(exchange));
     for (int step = 0; step < steps; ++step) {
-      zero_train_step(net_plain, [&](torch::Tensor x) { return model_plain(x); }, *optimizer_plain,
-                      step, rank, world);
-      zero_train_step(net_zero, [&](torch::Tensor x) { return model_zero(x); }, optimizer_zero,
-                      step, rank, world);
-      zero_train_step(net_alone, [&](torch::Tensor x) { return net_alone->forward(x); },
-                      *optimizer_alone, step, 0, 1);
+      zero_train_step(
+          net_plain, [&](torch::Tensor x) { return model_plain(x); }, *optimizer_plain, step, rank,
+          world);
+      zero_train_step(
+          net_zero, [&](torch::Tensor x) { return model_zero(x); }, optimizer_zero, step, rank,
+          world);
+      zero_train_step(
+          net_alone, [&](torch::Tensor x) { return net_alone->forward(x); }, *optimizer_alone, step,
+          0, 1);
       auto zero = flat_parameters(*net_zero);
       auto reference = flat_parameters(*net_plain);
       if (bitwise) {
@@ -158,20 +161,22 @@ TEST(ZeroRedundancyOptimizer, AdamAndAdamWEqualDdpWithThePlainOptimizerBitwiseOn
   auto adam = [] {
     return ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2));
   };
-  auto plain_adam = [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+  auto plain_adam =
+      [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-2));
   };
   auto adamw = [] {
     return ddp::zero_optimizer<torch::optim::AdamW>(
         torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
   };
-  auto plain_adamw = [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::AdamW>(params,
-                                                 torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  auto plain_adamw =
+      [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
   };
   for (int world : {2, 3}) {
-    expect_zero_equals_plain("shm", world, adam, plain_adam, ddp::ZeroExchange::kBroadcast, 8,
-                             true, 1e-4, 2);
+    expect_zero_equals_plain("shm", world, adam, plain_adam, ddp::ZeroExchange::kBroadcast, 8, true,
+                             1e-4, 2);
     expect_zero_equals_plain("shm", world, adamw, plain_adamw, ddp::ZeroExchange::kAllGather, 8,
                              true, 1e-4, 2);
   }
@@ -235,10 +240,10 @@ TEST(ZeroRedundancyOptimizer, ALearningRateSchedulerChangesTheWrappedOptimizersR
     torch::optim::StepLR plain_schedule(*plain, 2, 0.5);
     torch::optim::StepLR zero_schedule(zero, 2, 0.5);
     for (int step = 0; step < 6; ++step) {
-      zero_train_step(net_plain, [&](torch::Tensor x) { return model_plain(x); }, *plain, step,
-                      rank, 2);
-      zero_train_step(net_zero, [&](torch::Tensor x) { return model_zero(x); }, zero, step, rank,
-                      2);
+      zero_train_step(
+          net_plain, [&](torch::Tensor x) { return model_plain(x); }, *plain, step, rank, 2);
+      zero_train_step(
+          net_zero, [&](torch::Tensor x) { return model_zero(x); }, zero, step, rank, 2);
       plain_schedule.step();
       zero_schedule.step();
     }
@@ -257,8 +262,8 @@ TEST(ZeroRedundancyOptimizer, StateDictConsolidatedAtThreeRanksLoadsAtTwoAndGoes
     ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(kZeroTimeout));
     auto net = zero_mlp();
     ddp::DistributedDataParallel model(net);
-    ddp::ZeroRedundancyOptimizer zero(
-        net->parameters(), ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2)));
+    ddp::ZeroRedundancyOptimizer zero(net->parameters(), ddp::zero_optimizer<torch::optim::Adam>(
+                                                             torch::optim::AdamOptions(1e-2)));
     auto forward = [&](torch::Tensor x) { return model(x); };
     for (int step = 0; step < 4; ++step) zero_train_step(net, forward, zero, step, rank, 3);
     EXPECT_THROW(zero.state_dict(), ddp::InvalidArgumentError);
@@ -298,8 +303,8 @@ TEST(ZeroRedundancyOptimizer, StateDictConsolidatedAtThreeRanksLoadsAtTwoAndGoes
       }
     }
     ddp::DistributedDataParallel model(net);
-    ddp::ZeroRedundancyOptimizer zero(
-        net->parameters(), ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2)));
+    ddp::ZeroRedundancyOptimizer zero(net->parameters(), ddp::zero_optimizer<torch::optim::Adam>(
+                                                             torch::optim::AdamOptions(1e-2)));
     zero.load_state_dict(saved.at("optimizer"));
     // The state went back out bitwise: consolidated again at two ranks, it is the saved one.
     zero.consolidate_state_dict(1);
@@ -310,8 +315,7 @@ TEST(ZeroRedundancyOptimizer, StateDictConsolidatedAtThreeRanksLoadsAtTwoAndGoes
       for (const auto& entry : before) {
         auto mine = after.at(entry.key()).toGenericDict();
         for (const auto& field : entry.value().toGenericDict()) {
-          EXPECT_TRUE(torch::equal(field.value().toTensor(),
-                                   mine.at(field.key()).toTensor()))
+          EXPECT_TRUE(torch::equal(field.value().toTensor(), mine.at(field.key()).toTensor()))
               << "state[" << entry.key().toInt() << "][" << field.key().toStringRef() << "]";
         }
       }
@@ -334,8 +338,7 @@ TEST(ZeroRedundancyOptimizer, ARankLostDuringTheExchangeFailsTheOthersNamingIt) 
     ddp::testing::Launch launch;
     launch.world_size = 3;
     auto outcomes = run_ranks(launch, [&](int rank) {
-      ddp::init_process_group(
-          ddp::InitOptions().backend(backend).timeout(std::chrono::seconds(5)));
+      ddp::init_process_group(ddp::InitOptions().backend(backend).timeout(std::chrono::seconds(5)));
       std::vector<torch::Tensor> params;
       for (int i = 0; i < 6; ++i) params.push_back(torch::ones({100 + i}, torch::requires_grad()));
       ddp::ZeroRedundancyOptimizer zero(params, sgd_momentum());
@@ -422,12 +425,13 @@ TEST(ZeroRedundancyOptimizer, ThreeRanksOnGlooGiveThePyTorchZeroLossesOverTwenty
       }
     }
     ddp::DistributedDataParallel model(net);
-    ddp::ZeroRedundancyOptimizer zero(
-        net->parameters(), ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(0.01)));
+    ddp::ZeroRedundancyOptimizer zero(net->parameters(), ddp::zero_optimizer<torch::optim::Adam>(
+                                                             torch::optim::AdamOptions(0.01)));
     for (int step = 0; step < 20; ++step) {
       auto x = torch::sin(torch::arange(20, torch::kFloat) * 0.3 + (13 * step + 101 * rank))
                    .reshape({4, 5});
-      auto y = torch::cos(torch::arange(12, torch::kFloat) * 0.5 + (step + 7 * rank)).reshape({4, 3});
+      auto y =
+          torch::cos(torch::arange(12, torch::kFloat) * 0.5 + (step + 7 * rank)).reshape({4, 3});
       zero.zero_grad();
       auto loss = torch::mse_loss(model(x), y);
       loss.backward();
@@ -469,10 +473,10 @@ TEST(ZeroRedundancyOptimizer, ACheckpointSavedAtFourRanksGoesOnAtTwoAndThreeAsTh
       ddp::DistributedDataParallel model_zero(net_zero);
       ddp::DistributedDataParallel model_plain(net_plain);
       for (int step = 3; step < 7; ++step) {
-        zero_train_step(net_zero, [&](torch::Tensor x) { return model_zero(x); }, zero, step, rank,
-                        world);
-        zero_train_step(net_plain, [&](torch::Tensor x) { return model_plain(x); }, plain, step,
-                        rank, world);
+        zero_train_step(
+            net_zero, [&](torch::Tensor x) { return model_zero(x); }, zero, step, rank, world);
+        zero_train_step(
+            net_plain, [&](torch::Tensor x) { return model_plain(x); }, plain, step, rank, world);
         ASSERT_TRUE(torch::equal(flat_parameters(*net_zero), flat_parameters(*net_plain)))
             << "world " << world << " step " << step;
       }

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "common/error_context.h"
@@ -155,7 +154,7 @@ void HierarchicalBackend::broadcast_now(const at::Tensor& tensor, int root) {
 }
 
 BackendWork HierarchicalBackend::all_gather_into_tensor(at::Tensor& output, at::Tensor& input,
-                                                       Launch launch) {
+                                                        Launch launch) {
   if (!fits_shm(output) || output.numel() != input.numel() * topology_.host_of.size()) {
     fail<InvalidArgumentError>("all_gather_into_tensor",
                                "the hierarchical backend takes a dense CPU output of the group "

@@ -54,8 +54,7 @@ class HierarchicalBackend : public Backend {
   BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) override;
   /// Gathered inside each host through shared memory, then across the leaders, one block per
   /// host (padded to the largest host), then down each host: each host's bytes cross once.
-  BackendWork all_gather_into_tensor(at::Tensor& output, at::Tensor& input,
-                                     Launch launch) override;
+  BackendWork all_gather_into_tensor(at::Tensor& output, at::Tensor& input, Launch launch) override;
   /// Full precision inside each host; the leaders gather every host's average narrowed to
   /// `wire` and add them up in the tensor's dtype, in host order.
   BackendWork all_reduce_narrow_between_hosts(at::Tensor& tensor, c10::ScalarType wire,
