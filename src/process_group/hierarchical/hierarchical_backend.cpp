@@ -155,7 +155,8 @@ void HierarchicalBackend::broadcast_now(const at::Tensor& tensor, int root) {
 
 BackendWork HierarchicalBackend::all_gather_into_tensor(at::Tensor& output, at::Tensor& input,
                                                         Launch launch) {
-  if (!fits_shm(output) || output.numel() != input.numel() * topology_.host_of.size()) {
+  if (!fits_shm(output) ||
+      output.numel() != input.numel() * static_cast<int64_t>(topology_.host_of.size())) {
     fail<InvalidArgumentError>("all_gather_into_tensor",
                                "the hierarchical backend takes a dense CPU output of the group "
                                "size times the input's elements");
