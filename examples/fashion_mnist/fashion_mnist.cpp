@@ -52,6 +52,7 @@ struct Options {
   std::string mixed_precision = "none";  // none | bf16 | fp16
   bool sync_bn = false;                  // SyncBatchNorm after each convolution
   int max_steps = 0;                     // per epoch; 0: the whole sampler's share
+  std::string shard = "none";            // "zero": ZeroRedundancyOptimizer
 };
 
 const char* kUsage =
@@ -62,7 +63,7 @@ const char* kUsage =
     "                     [--device auto|cpu|cuda] [--backend auto|shm|gloo|nccl]\n"
     "                     [--timeout SECONDS]\n"
     "                     [--comm-hook none|fp16|bf16|fp16-hosts|bf16-hosts|powersgd]\n"
-    "                     [--powersgd-rank R] [--powersgd-start-iter N]\n"
+    "                     [--powersgd-rank R] [--powersgd-start-iter N] [--shard none|zero]\n"
     "                     [--mixed-precision none|bf16|fp16] [--sync-bn] [--max-steps N]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
@@ -88,7 +89,9 @@ const char* kUsage =
     "after each convolution (its running statistics are float32; under --mixed-precision they\n"
     "are updated in the forward's dtype). The test accuracy is that of the float32 weights.\n"
     "--max-steps N ends each epoch after N steps (0, the default: the whole training set), for\n"
-    "short runs: bfloat16 on a CPU without bfloat16 instructions is many times slower.\n";
+    "short runs: bfloat16 on a CPU without bfloat16 instructions is many times slower.\n"
+    "--shard zero splits the optimizer state across the ranks (ddp::ZeroRedundancyOptimizer);\n"
+    "its checkpoint holds the whole state and resumes at any number of ranks.\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -145,6 +148,8 @@ Options parse(int argc, char** argv) {
       o.sync_bn = true;
     } else if (arg == "--max-steps") {
       o.max_steps = std::stoi(value());
+    } else if (arg == "--shard") {
+      o.shard = value();
     } else {
       throw std::runtime_error("unknown argument '" + arg + "'\n" + kUsage);
     }
@@ -165,6 +170,9 @@ Options parse(int argc, char** argv) {
   if (o.mixed_precision != "none" && o.mixed_precision != "bf16" && o.mixed_precision != "fp16") {
     throw std::runtime_error("--mixed-precision must be none, bf16 or fp16, got '" +
                              o.mixed_precision + "'");
+  }
+  if (o.shard != "none" && o.shard != "zero") {
+    throw std::runtime_error("--shard must be none or zero, got '" + o.shard + "'");
   }
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
     throw std::runtime_error("--device must be auto, cpu or cuda, got '" + o.device + "'");
@@ -305,7 +313,14 @@ int run(const Options& o) {
   Net net(o.sync_bn);
   net->to(device);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (o.optimizer == "adam") {
+  if (o.shard == "zero") {
+    // Each rank keeps the optimizer state of its partition of the parameters only.
+    optimizer = std::make_unique<ddp::ZeroRedundancyOptimizer>(
+        net->parameters(),
+        o.optimizer == "adam"
+            ? ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(o.lr))
+            : ddp::zero_optimizer<torch::optim::SGD>(torch::optim::SGDOptions(o.lr).momentum(0.9)));
+  } else if (o.optimizer == "adam") {
     optimizer =
         std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(o.lr));
   } else {
@@ -394,6 +409,10 @@ int run(const Options& o) {
     if (!o.checkpoint.empty()) {
       auto extra = history_to_extra(history);
       extra["epoch"] = epoch + 1;
+      // A sharded optimizer's state is gathered onto rank 0, which writes it (collective).
+      if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(optimizer.get())) {
+        zero->consolidate_state_dict(0);
+      }
       ddp::save_checkpoint(o.checkpoint, *net, optimizer.get(), extra);
     }
     if (rank == 0) {

@@ -5,7 +5,7 @@
 //   "model"     -> the state dict: every named parameter and buffer, names without "module.";
 //   "optimizer" -> when an optimizer is given, its state in PyTorch's layout
 //                  {"state": {param_index: {...}}, "param_groups": [{options..., "params": [...]}]}
-//                  (SGD and Adam);
+//                  (SGD, Adam, AdamW; a ZeroRedundancyOptimizer's consolidated state);
 //   then the `extra` entries (epoch, step, ...).
 // Tensors are saved on the CPU whatever their device (torch.save's map_location="cpu", applied
 // when saving): a checkpoint written from GPU parameters loads on a machine without a GPU, in
@@ -52,7 +52,9 @@ struct LoadOptions {
 /// atomically (a temporary file in the same folder, fsync'ed, renamed over `path`, the folder
 /// fsync'ed) while the others wait; a failure on rank 0 is thrown on every rank. Without a group
 /// the calling process writes alone. Only rank 0's module and optimizer are saved.
-/// Optimizers: torch::optim::SGD and torch::optim::Adam.
+/// Optimizers: torch::optim::SGD, Adam and AdamW, and a ddp::ZeroRedundancyOptimizer whose state
+/// was consolidated on rank 0 first (consolidate_state_dict(0) on every rank); loading hands each
+/// rank of any world size its partition.
 void save_checkpoint(const std::string& path, const torch::nn::Module& module,
                      const torch::optim::Optimizer* optimizer = nullptr,
                      const ExtraState& extra = {});

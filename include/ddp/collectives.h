@@ -50,6 +50,24 @@ void scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, int src,
 void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs,
                     ReduceOp op = ReduceOp::SUM, const ProcessGroup& group = ProcessGroup());
 
+/// The flat all-gather (torch.distributed.all_gather_into_tensor): `output` receives every group
+/// rank's `input`, in group-rank order; it has group-size times input's elements (any shape: a
+/// concatenation along dim 0 or a stack). Both share a dtype and a device.
+void all_gather_into_tensor(at::Tensor& output, const at::Tensor& input,
+                            const ProcessGroup& group = ProcessGroup());
+Work all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input,
+                                  const ProcessGroup& group = ProcessGroup());
+
+/// The flat reduce-scatter (torch.distributed.reduce_scatter_tensor): `input` holds group-size
+/// runs of output's element count; `output` receives the reduction over ranks of the run of this
+/// group rank. Native on shm and NCCL; elsewhere one all-reduce of a copy of `input` (twice the
+/// bytes of a native one).
+void reduce_scatter_tensor(at::Tensor& output, const at::Tensor& input, ReduceOp op = ReduceOp::SUM,
+                           const ProcessGroup& group = ProcessGroup());
+Work reduce_scatter_tensor_async(at::Tensor& output, const at::Tensor& input,
+                                 ReduceOp op = ReduceOp::SUM,
+                                 const ProcessGroup& group = ProcessGroup());
+
 void send(const at::Tensor& tensor, int dst, const ProcessGroup& group = ProcessGroup(),
           int tag = 0);
 void recv(at::Tensor& tensor, int src, const ProcessGroup& group = ProcessGroup(), int tag = 0);

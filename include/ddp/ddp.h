@@ -15,3 +15,4 @@
 #include "ddp/powersgd_hook.h"
 #include "ddp/process_group.h"
 #include "ddp/sync_batchnorm.h"
+#include "ddp/zero_redundancy_optimizer.h"

@@ -27,6 +27,7 @@
 #include "ddp/collectives.h"
 #include "ddp/errors.h"
 #include "ddp/init.h"
+#include "ddp/zero_redundancy_optimizer.h"
 
 namespace ddp {
 namespace {
@@ -173,8 +174,12 @@ std::vector<char> serialize(const torch::nn::Module& module,
   }
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("model", model);
-  if (optimizer != nullptr)
+  if (const auto* zero = dynamic_cast<const ZeroRedundancyOptimizer*>(optimizer)) {
+    // The whole state, consolidated on this rank beforehand (state_dict() says so otherwise).
+    top.insert("optimizer", zero->state_dict());
+  } else if (optimizer != nullptr) {
     top.insert("optimizer", detail::optimizer_state_dict(*optimizer, kSave));
+  }
   for (const auto& [key, value] : extra) {
     if (key == "model" || key == "optimizer") {
       detail::fail<InvalidArgumentError>(
@@ -378,7 +383,9 @@ ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& modu
   }
   // The optimizer first: it checks all of its state before changing any, so that a bad file
   // leaves both the optimizer and the module as they were.
-  if (optimizer != nullptr) {
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(optimizer)) {
+    zero->load_state_dict(saved_optimizer);  // this rank's partition, at any world size
+  } else if (optimizer != nullptr) {
     detail::load_optimizer_state_dict(*optimizer, saved_optimizer, path, kLoad);
   }
   {

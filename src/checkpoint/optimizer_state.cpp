@@ -1,6 +1,7 @@
 #include "checkpoint/optimizer_state.h"
 
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <memory>
@@ -16,6 +17,9 @@ namespace {
 using torch::optim::Adam;
 using torch::optim::AdamOptions;
 using torch::optim::AdamParamState;
+using torch::optim::AdamW;
+using torch::optim::AdamWOptions;
+using torch::optim::AdamWParamState;
 using torch::optim::Optimizer;
 using torch::optim::SGD;
 using torch::optim::SGDOptions;
@@ -87,15 +91,73 @@ struct Reader {
   }
 };
 
+// Adam and AdamW keep the same options and state under the same names (PyTorch's too).
+template <typename Options>
+void save_adam_options(c10::impl::GenericDict& saved_group, const Options& options) {
+  saved_group.insert("lr", options.lr());
+  saved_group.insert("betas", c10::ivalue::Tuple::create(std::get<0>(options.betas()),
+                                                         std::get<1>(options.betas())));
+  saved_group.insert("eps", options.eps());
+  saved_group.insert("weight_decay", options.weight_decay());
+  saved_group.insert("amsgrad", options.amsgrad());
+  saved_group.insert("maximize", false);
+}
+
+template <typename State>
+void save_adam_state(c10::impl::GenericDict& saved_state, const State& s) {
+  // PyTorch keeps the step as a float singleton tensor (torch.optim.Adam requires one).
+  saved_state.insert("step", at::scalar_tensor(static_cast<double>(s.step()), at::kFloat));
+  saved_state.insert("exp_avg", saved_tensor(s.exp_avg()));
+  saved_state.insert("exp_avg_sq", saved_tensor(s.exp_avg_sq()));
+  if (s.max_exp_avg_sq().defined()) {
+    saved_state.insert("max_exp_avg_sq", saved_tensor(s.max_exp_avg_sq()));
+  }
+}
+
+template <typename Options>
+std::unique_ptr<Options> read_adam_options(const Reader& read, const c10::impl::GenericDict& group,
+                                           const std::string& where) {
+  auto options = std::make_unique<Options>(read.number(group, "lr", where));
+  auto betas = read.entry(group, "betas", where);
+  std::vector<double> b;
+  if (betas.isTuple()) {
+    for (const auto& e : betas.toTupleRef().elements()) b.push_back(e.toScalar().toDouble());
+  } else if (betas.isList()) {
+    for (const auto& e : betas.toList()) b.push_back(c10::IValue(e).toScalar().toDouble());
+  }
+  if (b.size() != 2) read.bad("has \"betas\" that are not a pair in " + where);
+  options->betas(std::make_tuple(b[0], b[1]))
+      .eps(read.number(group, "eps", where))
+      .weight_decay(read.number(group, "weight_decay", where))
+      .amsgrad(read.flag(group, "amsgrad", where));
+  return options;
+}
+
+template <typename State>
+std::unique_ptr<State> read_adam_state(const Reader& read,
+                                       const c10::impl::GenericDict& saved_state,
+                                       const at::Tensor& param, const std::string& param_where) {
+  auto s = std::make_unique<State>();
+  s->step(static_cast<int64_t>(read.number(saved_state, "step", param_where)));
+  s->exp_avg(read.like_param(saved_state, "exp_avg", param, param_where));
+  s->exp_avg_sq(read.like_param(saved_state, "exp_avg_sq", param, param_where));
+  s->max_exp_avg_sq(read.like_param(saved_state, "max_exp_avg_sq", param, param_where));
+  if (!s->exp_avg().defined() || !s->exp_avg_sq().defined()) {
+    read.bad("lacks \"exp_avg\" or \"exp_avg_sq\" in " + param_where);
+  }
+  return s;
+}
+
 }  // namespace
 
 c10::IValue optimizer_state_dict(const Optimizer& optimizer, const std::string& operation) {
   bool is_sgd = dynamic_cast<const SGD*>(&optimizer) != nullptr;
+  bool is_adamw = dynamic_cast<const AdamW*>(&optimizer) != nullptr;
   bool is_adam = dynamic_cast<const Adam*>(&optimizer) != nullptr;
-  if (!is_sgd && !is_adam) {
+  if (!is_sgd && !is_adam && !is_adamw) {
     fail<InvalidArgumentError>(
         operation,
-        "saves the state of torch::optim::SGD and torch::optim::Adam; this optimizer is neither. "
+        "saves the state of torch::optim::SGD, Adam and AdamW; this optimizer is none of them. "
         "Save its state yourself (torch::save) or pass no optimizer.");
   }
   c10::impl::GenericDict state(c10::IntType::get(), c10::AnyType::get());
@@ -111,15 +173,10 @@ c10::IValue optimizer_state_dict(const Optimizer& optimizer, const std::string& 
       saved_group.insert("weight_decay", options.weight_decay());
       saved_group.insert("nesterov", options.nesterov());
       saved_group.insert("maximize", false);
+    } else if (is_adamw) {
+      save_adam_options(saved_group, static_cast<const AdamWOptions&>(group.options()));
     } else {
-      const auto& options = static_cast<const AdamOptions&>(group.options());
-      saved_group.insert("lr", options.lr());
-      saved_group.insert("betas", c10::ivalue::Tuple::create(std::get<0>(options.betas()),
-                                                             std::get<1>(options.betas())));
-      saved_group.insert("eps", options.eps());
-      saved_group.insert("weight_decay", options.weight_decay());
-      saved_group.insert("amsgrad", options.amsgrad());
-      saved_group.insert("maximize", false);
+      save_adam_options(saved_group, static_cast<const AdamOptions&>(group.options()));
     }
     // An untyped list: an int list would be pickled through torch.jit's build_intlist, which
     // torch.load(weights_only=True) refuses.
@@ -132,15 +189,10 @@ c10::IValue optimizer_state_dict(const Optimizer& optimizer, const std::string& 
           if (s.momentum_buffer().defined()) {
             saved_state.insert("momentum_buffer", saved_tensor(s.momentum_buffer()));
           }
+        } else if (is_adamw) {
+          save_adam_state(saved_state, static_cast<const AdamWParamState&>(*param_state));
         } else {
-          const auto& s = static_cast<const AdamParamState&>(*param_state);
-          // PyTorch keeps the step as a float singleton tensor (torch.optim.Adam requires one).
-          saved_state.insert("step", at::scalar_tensor(static_cast<double>(s.step()), at::kFloat));
-          saved_state.insert("exp_avg", saved_tensor(s.exp_avg()));
-          saved_state.insert("exp_avg_sq", saved_tensor(s.exp_avg_sq()));
-          if (s.max_exp_avg_sq().defined()) {
-            saved_state.insert("max_exp_avg_sq", saved_tensor(s.max_exp_avg_sq()));
-          }
+          save_adam_state(saved_state, static_cast<const AdamParamState&>(*param_state));
         }
         state.insert(index, saved_state);
       }
@@ -158,11 +210,12 @@ c10::IValue optimizer_state_dict(const Optimizer& optimizer, const std::string& 
 void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& saved,
                                const std::string& path, const std::string& operation) {
   bool is_sgd = dynamic_cast<SGD*>(&optimizer) != nullptr;
+  bool is_adamw = dynamic_cast<AdamW*>(&optimizer) != nullptr;
   bool is_adam = dynamic_cast<Adam*>(&optimizer) != nullptr;
-  if (!is_sgd && !is_adam) {
+  if (!is_sgd && !is_adam && !is_adamw) {
     fail<InvalidArgumentError>(
         operation,
-        "loads the state of torch::optim::SGD and torch::optim::Adam; this optimizer is neither.");
+        "loads the state of torch::optim::SGD, Adam and AdamW; this optimizer is none of them.");
   }
   Reader read{path, operation};
   auto top = read.dict(saved, "optimizer");
@@ -196,21 +249,10 @@ void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& saved,
           .weight_decay(read.number(group, "weight_decay", where))
           .nesterov(read.flag(group, "nesterov", where));
       new_options.push_back(std::move(options));
+    } else if (is_adamw) {
+      new_options.push_back(read_adam_options<AdamWOptions>(read, group, where));
     } else {
-      auto options = std::make_unique<AdamOptions>(read.number(group, "lr", where));
-      auto betas = read.entry(group, "betas", where);
-      std::vector<double> b;
-      if (betas.isTuple()) {
-        for (const auto& e : betas.toTupleRef().elements()) b.push_back(e.toScalar().toDouble());
-      } else if (betas.isList()) {
-        for (const auto& e : betas.toList()) b.push_back(c10::IValue(e).toScalar().toDouble());
-      }
-      if (b.size() != 2) read.bad("has \"betas\" that are not a pair in " + where);
-      options->betas(std::make_tuple(b[0], b[1]))
-          .eps(read.number(group, "eps", where))
-          .weight_decay(read.number(group, "weight_decay", where))
-          .amsgrad(read.flag(group, "amsgrad", where));
-      new_options.push_back(std::move(options));
+      new_options.push_back(read_adam_options<AdamOptions>(read, group, where));
     }
     for (size_t j = 0; j < indices.size(); ++j) {
       c10::IValue index = indices.get(j);
@@ -223,16 +265,12 @@ void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& saved,
         auto s = std::make_unique<SGDParamState>();
         s->momentum_buffer(read.like_param(saved_state, "momentum_buffer", param, param_where));
         new_state.emplace_back(param, std::move(s));
+      } else if (is_adamw) {
+        new_state.emplace_back(
+            param, read_adam_state<AdamWParamState>(read, saved_state, param, param_where));
       } else {
-        auto s = std::make_unique<AdamParamState>();
-        s->step(static_cast<int64_t>(read.number(saved_state, "step", param_where)));
-        s->exp_avg(read.like_param(saved_state, "exp_avg", param, param_where));
-        s->exp_avg_sq(read.like_param(saved_state, "exp_avg_sq", param, param_where));
-        s->max_exp_avg_sq(read.like_param(saved_state, "max_exp_avg_sq", param, param_where));
-        if (!s->exp_avg().defined() || !s->exp_avg_sq().defined()) {
-          read.bad("lacks \"exp_avg\" or \"exp_avg_sq\" in " + param_where);
-        }
-        new_state.emplace_back(param, std::move(s));
+        new_state.emplace_back(
+            param, read_adam_state<AdamParamState>(read, saved_state, param, param_where));
       }
     }
   }

@@ -13,7 +13,7 @@ class Optimizer;
 
 namespace ddp::detail {
 
-/// SGD and Adam; any other optimizer is a DistributedError naming `operation`.
+/// SGD, Adam and AdamW; any other optimizer is a DistributedError naming `operation`.
 c10::IValue optimizer_state_dict(const torch::optim::Optimizer& optimizer,
                                  const std::string& operation);
 

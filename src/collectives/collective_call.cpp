@@ -103,7 +103,9 @@ const char* const kOperations[] = {"?",
                                    "barrier",
                                    "reduce_scatter",
                                    kDdpForwardStep,
-                                   kDdpBackwardStep};
+                                   kDdpBackwardStep,
+                                   "all_gather_into_tensor",
+                                   "reduce_scatter_tensor"};
 
 int64_t operation_number(const std::string& operation) {
   for (int64_t i = 1; i < static_cast<int64_t>(std::size(kOperations)); ++i) {

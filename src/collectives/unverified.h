@@ -32,6 +32,13 @@ std::vector<int64_t> sum_counts(const std::vector<int64_t>& mine, const ProcessG
 bool reduces_natively(const ProcessGroup& group, const at::Tensor& like);
 Work all_gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& outputs,
                       const ProcessGroup& group, bool verify, Launch launch = Launch::kAsync);
+/// The flat collectives of collectives.h (flat_collectives.cpp), the fingerprint check optional.
+Work all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input,
+                                  const ProcessGroup& group, bool verify,
+                                  Launch launch = Launch::kAsync);
+Work reduce_scatter_tensor_async(at::Tensor& output, const at::Tensor& input, ReduceOp op,
+                                 const ProcessGroup& group, bool verify,
+                                 Launch launch = Launch::kAsync);
 /// True when a backend of the group all-reduces lists of tensors like `like` (device, dtype)
 /// where they are, PREMUL_SUM included (shm on one host): DDP's reducer then reads gradients
 /// where autograd left them.

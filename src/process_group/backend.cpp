@@ -24,6 +24,33 @@ BackendWork Backend::reduce_scatter(at::Tensor&, std::vector<at::Tensor>&, RedOp
   not_taken("reduce_scatter");
 }
 
+namespace {
+
+// `flat` as `parts` runs of equal length, in order: views, so that what is written into them lands
+// in `flat`.
+std::vector<at::Tensor> equal_runs(const at::Tensor& flat, int64_t parts) {
+  const int64_t length = flat.numel() / parts;
+  std::vector<at::Tensor> runs;
+  at::Tensor line = flat.view(-1);
+  for (int64_t i = 0; i < parts; ++i) runs.push_back(line.narrow(0, i * length, length));
+  return runs;
+}
+
+}  // namespace
+
+BackendWork Backend::all_gather_into_tensor(at::Tensor& output, at::Tensor& input, Launch launch) {
+  std::vector<at::Tensor> outputs = equal_runs(output, output.numel() / input.numel());
+  at::Tensor line = input.view(-1);
+  return all_gather(outputs, line, launch);
+}
+
+BackendWork Backend::reduce_scatter_tensor(at::Tensor& output, at::Tensor& input, RedOp op,
+                                           Launch launch) {
+  std::vector<at::Tensor> inputs = equal_runs(input, input.numel() / output.numel());
+  at::Tensor line = output.view(-1);
+  return reduce_scatter(line, inputs, op, launch);
+}
+
 BackendWork Backend::reduce(at::Tensor&, int, RedOp) { not_taken("reduce"); }
 
 BackendWork Backend::gather(std::vector<at::Tensor>&, at::Tensor&, int) { not_taken("gather"); }

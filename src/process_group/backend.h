@@ -53,6 +53,9 @@ enum class Collective : uint8_t {
   kSendRecv,
   kAllReduceLists,  // lists reduced where they are, PREMUL_SUM with a factor (DDP's buckets)
   kAllReduceNarrowBetweenHosts,  // an average whose bytes between hosts travel narrower
+  kAllGatherIntoTensor,  // the flat all-gather natively (NCCL; hierarchical: each host's bytes
+                         // cross once); where no backend takes it, the flat call goes to the
+                         // one that takes kAllGather
 };
 
 class Backend {
@@ -90,6 +93,14 @@ class Backend {
   /// output = op over ranks of inputs[this rank] (kReduceScatter: natively).
   virtual BackendWork reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, RedOp op,
                                      Launch launch);
+  /// The flat forms (all_gather_into_tensor, reduce_scatter_tensor): `output` (all_gather) or
+  /// `input` (reduce_scatter) holds group size runs of the other's element count, in group-rank
+  /// order. The defaults hand views of those runs to all_gather and reduce_scatter (no copy where
+  /// the backend writes into its outputs in place, as shm does); NCCL overrides them with c10d's
+  /// flat calls. Taken where kAllGather and kReduceScatter are.
+  virtual BackendWork all_gather_into_tensor(at::Tensor& output, at::Tensor& input, Launch launch);
+  virtual BackendWork reduce_scatter_tensor(at::Tensor& output, at::Tensor& input, RedOp op,
+                                            Launch launch);
   virtual BackendWork reduce(at::Tensor& tensor, int root, RedOp op);
   /// outputs: one per group rank on the root, empty elsewhere.
   virtual BackendWork gather(std::vector<at::Tensor>& outputs, at::Tensor& input, int root);

@@ -9,6 +9,9 @@ bool C10dBackend::takes(Collective collective, const at::Tensor& like) const {
     case Collective::kReduceScatter:
       if (!traits_.reduce_scatters) return false;
       break;
+    case Collective::kAllGatherIntoTensor:
+      if (!traits_.flat_calls) return false;
+      break;
     case Collective::kAllReduceLists:
     case Collective::kAllReduceNarrowBetweenHosts:
       return false;
@@ -51,6 +54,20 @@ BackendWork C10dBackend::reduce_scatter(at::Tensor& output, std::vector<at::Tens
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp(op);
   return group_->reduce_scatter(outputs, sources, options);
+}
+
+BackendWork C10dBackend::all_gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                Launch launch) {
+  if (!traits_.flat_calls) return Backend::all_gather_into_tensor(output, input, launch);
+  return group_->_allgather_base(output, input);
+}
+
+BackendWork C10dBackend::reduce_scatter_tensor(at::Tensor& output, at::Tensor& input, RedOp op,
+                                               Launch launch) {
+  if (!traits_.flat_calls) return Backend::reduce_scatter_tensor(output, input, op, launch);
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = c10d::ReduceOp(op);
+  return group_->_reduce_scatter_base(output, input, options);
 }
 
 BackendWork C10dBackend::reduce(at::Tensor& tensor, int root, RedOp op) {

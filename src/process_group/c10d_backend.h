@@ -26,6 +26,7 @@ struct C10dTraits {
   int barrier_device = -1;                        // the GPU a barrier runs on (NCCL), -1: none
   bool completes_on_device = false;               // Backend::completes_on_device
   bool bfloat16 = true;                           // reduces bfloat16
+  bool flat_calls = false;  // c10d's _allgather_base/_reduce_scatter_base (NCCL; gloo lacks them)
 };
 
 class C10dBackend : public Backend {
@@ -48,6 +49,9 @@ class C10dBackend : public Backend {
   BackendWork barrier(Launch launch) override;
   BackendWork reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, RedOp op,
                              Launch launch) override;
+  BackendWork all_gather_into_tensor(at::Tensor& output, at::Tensor& input, Launch launch) override;
+  BackendWork reduce_scatter_tensor(at::Tensor& output, at::Tensor& input, RedOp op,
+                                    Launch launch) override;
   BackendWork reduce(at::Tensor& tensor, int root, RedOp op) override;
   BackendWork gather(std::vector<at::Tensor>& outputs, at::Tensor& input, int root) override;
   BackendWork scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, int root) override;

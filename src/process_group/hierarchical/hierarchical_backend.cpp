@@ -2,9 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "common/error_context.h"
@@ -59,6 +59,7 @@ bool HierarchicalBackend::takes(Collective collective, const at::Tensor& like) c
   switch (collective) {
     case Collective::kAllReduce:
     case Collective::kBroadcast:
+    case Collective::kAllGatherIntoTensor:
       return fits_shm(like);
     case Collective::kAllReduceNarrowBetweenHosts:
       return fits_shm(like) && at::isFloatingType(like.scalar_type());
@@ -149,6 +150,60 @@ void HierarchicalBackend::broadcast_now(const at::Tensor& tensor, int root) {
       wait_for_leaders(operation, leaders_->broadcast(across, root_host, Launch::kWaitNow));
     }
     if (host_ != root_host && local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0);
+  });
+}
+
+BackendWork HierarchicalBackend::all_gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                        Launch launch) {
+  if (!fits_shm(output) ||
+      output.numel() != input.numel() * static_cast<int64_t>(topology_.host_of.size())) {
+    fail<InvalidArgumentError>("all_gather_into_tensor",
+                               "the hierarchical backend takes a dense CPU output of the group "
+                               "size times the input's elements");
+  }
+  return queue_->submit(
+      rank_, c10d::OpType::ALLGATHER,
+      [this, output, input] { all_gather_into_tensor_now(output, input); }, launch);
+}
+
+void HierarchicalBackend::all_gather_into_tensor_now(const at::Tensor& output,
+                                                     const at::Tensor& input) {
+  const char* operation = "all_gather_into_tensor";
+  const int64_t numel = input.numel();
+  size_t widest = 0;
+  for (const auto& members : topology_.members) widest = std::max(widest, members.size());
+  const int64_t block = static_cast<int64_t>(widest) * numel;
+  at::Tensor line = input.reshape(-1);
+  run_across_hosts(operation, [&] {
+    // This host's ranks, in local-rank order, padded to the widest host.
+    at::Tensor host_block = at::zeros({block}, input.options());
+    const auto& members = topology_.members[host_];
+    if (local_) {
+      std::vector<void*> slots;
+      for (size_t j = 0; j < members.size(); ++j) {
+        slots.push_back(host_block.narrow(0, j * numel, numel).data_ptr());
+      }
+      local_->all_gather(line.data_ptr(), line.nbytes(), slots);
+    } else {
+      host_block.narrow(0, 0, numel).copy_(line);
+    }
+    at::Tensor every_host = at::empty({block * topology_.hosts()}, input.options());
+    if (leaders_) {
+      std::vector<at::Tensor> blocks;
+      for (int host = 0; host < topology_.hosts(); ++host) {
+        blocks.push_back(every_host.narrow(0, host * block, block));
+      }
+      wait_for_leaders(operation, leaders_->all_gather(blocks, host_block, Launch::kWaitNow));
+    }
+    if (local_) local_->broadcast(every_host.data_ptr(), every_host.nbytes(), 0, operation);
+    at::Tensor out = output.view(-1);
+    for (int host = 0; host < topology_.hosts(); ++host) {
+      const auto& ranks = topology_.members[host];
+      for (size_t j = 0; j < ranks.size(); ++j) {
+        out.narrow(0, ranks[j] * numel, numel)
+            .copy_(every_host.narrow(0, host * block + static_cast<int64_t>(j) * numel, numel));
+      }
+    }
   });
 }
 

@@ -52,6 +52,9 @@ class HierarchicalBackend : public Backend {
 
   BackendWork all_reduce(at::Tensor& tensor, RedOp op, Launch launch) override;
   BackendWork broadcast(at::Tensor& tensor, int root, Launch launch) override;
+  /// Gathered inside each host through shared memory, then across the leaders, one block per
+  /// host (padded to the largest host), then down each host: each host's bytes cross once.
+  BackendWork all_gather_into_tensor(at::Tensor& output, at::Tensor& input, Launch launch) override;
   /// Full precision inside each host; the leaders gather every host's average narrowed to
   /// `wire` and add them up in the tensor's dtype, in host order.
   BackendWork all_reduce_narrow_between_hosts(at::Tensor& tensor, c10::ScalarType wire,
@@ -61,6 +64,7 @@ class HierarchicalBackend : public Backend {
   // Run on the op queue.
   void all_reduce_now(const at::Tensor& tensor, RedOp op);
   void broadcast_now(const at::Tensor& tensor, int root);
+  void all_gather_into_tensor_now(const at::Tensor& output, const at::Tensor& input);
   void all_reduce_narrow_now(at::Tensor tensor, c10::ScalarType wire, int64_t divisor);
   // On a leader: `narrow` summed over the hosts, in host order, into `tensor`.
   void add_up_across_leaders(at::Tensor& tensor, at::Tensor narrow, const char* operation);

@@ -112,6 +112,7 @@ std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>
   traits.name = "nccl";
   traits.device = c10::DeviceType::CUDA;
   traits.reduce_scatters = true;
+  traits.flat_calls = true;
   traits.averages = true;
   // A barrier all-reduces on this rank's GPU and completes when the GPU has done it, ordering
   // the GPU's work as torch.distributed's NCCL barrier does.
