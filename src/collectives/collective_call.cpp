@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "common/error_context.h"
@@ -159,19 +160,21 @@ void CollectiveCall::verify_matching_fingerprint(c10::ScalarType dtype, int64_t 
   print[2] = elements;
   print[3] = root;
   print[4] = reduce_op;
-  std::vector<at::Tensor> all;
-  for (int i = 0; i < group_->size(); ++i) all.push_back(at::empty({kFields}, at::kLong));
+  // The flat all-gather where a backend takes it natively: across hosts the hierarchy's, whose
+  // failures name a lost host with its ranks (gloo's all-gather of lists would only name a rank).
+  at::Tensor all = at::empty({group_->size() * kFields}, at::kLong);
+  Backend* flat = group_->backend_for(Collective::kAllGatherIntoTensor, mine);
+  Backend& backend = flat ? *flat : backend_for(Collective::kAllGather, mine);
   try {
-    wait_for_backend_work(
-        *backend_for(Collective::kAllGather, mine).all_gather(all, mine, Launch::kWaitNow),
-        completion_poll_limit());
+    wait_for_backend_work(*backend.all_gather_into_tensor(all, mine, Launch::kWaitNow),
+                          completion_poll_limit());
   } catch (const std::exception& error) {
     rethrow_backend_failure(operation_, error);
   }
+  const int64_t* first = all.data_ptr<int64_t>();
   for (int i = 1; i < group_->size(); ++i) {
-    if (!at::equal(all[i], all[0])) {
-      const int64_t* first = all[0].data_ptr<int64_t>();
-      const int64_t* other = all[i].data_ptr<int64_t>();
+    const int64_t* other = first + i * kFields;
+    if (!std::equal(first, first + kFields, other)) {
       // One side in DDP's step and the other elsewhere: a rank left the training loop early.
       const bool uneven = is_ddp_step(first[0]) != is_ddp_step(other[0]);
       fail<MismatchError>(

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -11,6 +12,7 @@
 #include "process_group/shm/op_queue.h"
 #include "process_group/shm/shm_backend.h"
 #include "process_group/shm/shm_reduce.h"
+#include "process_group/shm/shm_sync.h"
 
 namespace ddp::detail {
 namespace {
@@ -22,6 +24,38 @@ std::string still_here_key(int host) { return "still_here/" + std::to_string(hos
 // How long the leaders that are still here wait for each other before they call the others lost:
 // all of them see the failure within moments (their connections close or fail together).
 constexpr auto kRollCallWait = std::chrono::seconds(2);
+
+// The first host's failure as kHostFailureKey keeps it, "<kind> <lost rank> <what>": the other
+// hosts raise the type it raised (a rank lost on one host is lost to all), as a host's shm abort
+// does for its own ranks.
+std::vector<uint8_t> encode_host_failure(const std::exception& error) {
+  const auto* lost = dynamic_cast<const PeerLostError*>(&error);
+  const std::string text = std::to_string(static_cast<int>(failure_kind_of(error))) + " " +
+                           std::to_string(lost ? lost->lost_rank() : -1) + " " + error.what();
+  return {text.begin(), text.end()};
+}
+
+[[noreturn]] void fail_like_host_failure(const char* operation, const std::string& stored) {
+  int kind = 0;
+  int lost_rank = -1;
+  int consumed = 0;
+  std::string what = stored;
+  if (std::sscanf(stored.c_str(), "%d %d %n", &kind, &lost_rank, &consumed) == 2) {
+    what = stored.substr(consumed);
+  }
+  const std::string cause = "another host failed, so this one stops too: " + what;
+  switch (static_cast<ShmFailure>(kind)) {
+    case ShmFailure::kPeerLost:
+      fail_peer_lost(operation, cause, lost_rank);
+    case ShmFailure::kTimeout:
+      fail<TimeoutError>(operation, cause);
+    case ShmFailure::kMismatch:
+      fail<MismatchError>(operation, cause);
+    case ShmFailure::kOther:
+      break;
+  }
+  fail(operation, cause);
+}
 
 }  // namespace
 
@@ -228,11 +262,9 @@ void HierarchicalBackend::run_across_hosts(const char* operation, Body&& body) {
     }
     if (leaders_) {
       try {
-        const std::string reason = error.what();  // names this rank, and the cause
-        // The first cause stays: a leader that fails only because another host failed does not
-        // overwrite it.
-        leaders_store_->compareSet(kHostFailureKey, {},
-                                   std::vector<uint8_t>(reason.begin(), reason.end()));
+        // The first cause stays (its text names this rank): a leader that fails only because
+        // another host failed does not overwrite it.
+        leaders_store_->compareSet(kHostFailureKey, {}, encode_host_failure(error));
       } catch (const std::exception&) {
         // The store is gone too: the closed connections alone tell the other leaders.
       }
@@ -258,7 +290,7 @@ void HierarchicalBackend::wait_for_leaders(const char* operation, const BackendW
     }
     std::vector<int> silent;
     if (cause.empty()) silent = hosts_gone_silent(cause);
-    if (!cause.empty()) fail(operation, "another host failed, so this one stops too: " + cause);
+    if (!cause.empty()) fail_like_host_failure(operation, cause);
     if (silent.empty()) rethrow_backend_failure(std::string(operation) + " between hosts", error);
     std::string hosts;
     for (int host : silent) hosts += (hosts.empty() ? "" : ", ") + describe_host(host);
