@@ -90,8 +90,9 @@ ZeroOptimizerFactory zero_optimizer(const OptionsType& options) {
 
 /// How step() hands every rank the parameters the others updated.
 enum class ZeroExchange {
-  /// One broadcast per rank of its updated partition, flattened per device and dtype (PyTorch's
-  /// parameters_as_bucket_view): each rank's bytes once, from their owner.
+  /// Broadcasts from each owner: its large parameters in place, one by one (as PyTorch's default),
+  /// its small ones packed per device and dtype; each rank's bytes once, and no buffer of the
+  /// partition's size.
   kBroadcast,
   /// One all_gather_into_tensor per device and dtype of every partition, padded to the largest:
   /// one collective instead of one per rank, at the price of the padding.

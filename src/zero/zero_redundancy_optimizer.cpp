@@ -25,6 +25,10 @@ constexpr const char* kZeroOperation = "ZeroRedundancyOptimizer";
 constexpr int64_t kMaxDimsInPrint = 6;
 // Per parameter: group, dtype, dimension count, element count, the first kMaxDimsInPrint sizes.
 constexpr int64_t kParamPrintWidth = 4 + kMaxDimsInPrint;
+// The broadcast exchange sends a parameter of at least this many elements in place, alone; the
+// smaller ones packed together (64 Ki elements: 256 KiB of float32, well past a collective's own
+// cost on every backend).
+constexpr int64_t kInPlaceBroadcastElements = int64_t{1} << 16;
 
 std::string describe_param_print(const int64_t* print) {
   std::string shape = "[";
@@ -226,21 +230,32 @@ void ZeroRedundancyOptimizer::sync_parameters() {
       return at::cat(lines);
     };
     if (s.exchange == ZeroExchange::kBroadcast) {
-      std::vector<std::pair<at::Tensor, Work>> pending;
+      // Each large parameter is broadcast in place, from its owner into every copy: no buffer of
+      // the partition's size (which would cost, at its peak, what sharding the state saved) and
+      // no copies in or out. The small ones (biases, norms) travel packed, so that a model of
+      // many small tensors does not pay a collective for each.
+      std::vector<std::pair<std::vector<at::Tensor>, at::Tensor>> packs;  // params, their pack
+      std::vector<Work> pending;
       for (int rank = 0; rank < s.world_size; ++rank) {
-        if (lengths[rank] == 0) continue;
-        at::Tensor flat =
-            rank == s.rank ? pack(per_rank[rank]) : at::empty({lengths[rank]}, like.options());
-        Work work = detail::broadcast_async(flat, ranks[rank], s.group, /*verify=*/false);
-        pending.emplace_back(flat, std::move(work));
+        std::vector<at::Tensor> small;
+        for (const auto& param : per_rank[rank]) {
+          if (param.numel() < detail::kInPlaceBroadcastElements || !param.is_contiguous()) {
+            small.push_back(param);
+            continue;
+          }
+          at::Tensor in_place = param;
+          pending.push_back(
+              detail::broadcast_async(in_place, ranks[rank], s.group, /*verify=*/false));
+        }
+        if (small.empty()) continue;
+        int64_t length = 0;
+        for (const auto& param : small) length += param.numel();
+        at::Tensor flat = rank == s.rank ? pack(small) : at::empty({length}, like.options());
+        pending.push_back(detail::broadcast_async(flat, ranks[rank], s.group, /*verify=*/false));
+        if (rank != s.rank) packs.emplace_back(std::move(small), flat);
       }
-      size_t next = 0;
-      for (int rank = 0; rank < s.world_size; ++rank) {
-        if (lengths[rank] == 0) continue;
-        auto& [flat, work] = pending[next++];
-        work.wait();
-        if (rank != s.rank) unpack(flat, per_rank[rank]);
-      }
+      for (auto& work : pending) work.wait();
+      for (const auto& [params, flat] : packs) unpack(flat, params);
     } else {
       const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
       if (longest == 0) continue;
