@@ -1,32 +1,56 @@
 #!/usr/bin/env bash
 # ZeroRedundancyOptimizer against DDP + plain Adam, and its two exchanges, on one host: runs
-# zero_bench for each backend and mode, REPS times alternating, NPROC ranks started by hand
-# (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and prints the JSON lines of rank 0.
+# zero_bench for each world size, backend and mode, REPS times alternating, the ranks started by
+# hand (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and prints the JSON lines of rank 0. Where
+# PEER_PYTHON is set, each repetition also runs PyTorch's DDP + Adam and DDP +
+# ZeroRedundancyOptimizer on gloo (bench/zero_peer.py, the transformer only) beside ours.
 #
 #   bench/run_zero_bench.sh [EXTRA zero_bench FLAGS...]
+#   PEER_PYTHON=/var/tmp/ddp-cpp-pip-torch/bin/python NPROCS="2 4" MODES="ddp broadcast" \
+#     bench/run_zero_bench.sh --model transformer
 #
-# Environment: BUILD_DIR (default <repo>/build), NPROC (2), REPS (3), BACKENDS ("shm gloo").
+# Environment: BUILD_DIR (default <repo>/build), NPROCS ("2"), REPS (3), BACKENDS ("shm gloo"),
+# MODES ("ddp broadcast allgather"), PEER_PYTHON (unset: no PyTorch runs), PEERS_DIR (the
+# peers' reference_models.py, default <repo>/../shared/peers).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
-NPROC="${NPROC:-2}"
+NPROCS="${NPROCS:-2}"
 REPS="${REPS:-3}"
 BACKENDS="${BACKENDS:-shm gloo}"
+MODES="${MODES:-ddp broadcast allgather}"
+PEER_PYTHON="${PEER_PYTHON:-}"
+export PEERS_DIR="${PEERS_DIR:-$ROOT/../shared/peers}"
 BENCH="$BUILD_DIR/bench/zero_bench"
 [[ -x "$BENCH" ]] || { echo "missing $BENCH: cmake --build build --target zero_bench" >&2; exit 1; }
-export OMP_NUM_THREADS=1 MASTER_ADDR=127.0.0.1 WORLD_SIZE="$NPROC"
+export OMP_NUM_THREADS=1 MASTER_ADDR=127.0.0.1
 port=$((29600 + RANDOM % 1000))
+
+# run_ranks NPROC COMMAND...: NPROC copies of COMMAND, one per rank, on a fresh port.
+run_ranks() {
+  local nproc=$1
+  shift
+  port=$((port + 1))
+  local pids=()
+  for ((rank = nproc - 1; rank >= 0; rank--)); do
+    RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=$nproc MASTER_PORT=$port \
+      TORCHELASTIC_RUN_ID="zero-bench-$$-$port" timeout 900 "$@" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+}
+
 for ((rep = 1; rep <= REPS; rep++)); do
-  for backend in $BACKENDS; do
-    for mode in ddp broadcast allgather; do
-      port=$((port + 1))
-      pids=()
-      for ((rank = NPROC - 1; rank >= 0; rank--)); do
-        RANK=$rank MASTER_PORT=$port TORCHELASTIC_RUN_ID="zero-bench-$$-$port" \
-          timeout 600 "$BENCH" --backend "$backend" --mode "$mode" "$@" &
-        pids+=($!)
+  for nproc in $NPROCS; do
+    for backend in $BACKENDS; do
+      for mode in $MODES; do
+        run_ranks "$nproc" "$BENCH" --backend "$backend" --mode "$mode" "$@"
       done
-      for pid in "${pids[@]}"; do wait "$pid"; done
     done
+    if [[ -n "$PEER_PYTHON" ]]; then
+      for mode in ddp zero; do
+        run_ranks "$nproc" "$PEER_PYTHON" "$ROOT/bench/zero_peer.py" --mode "$mode"
+      done
+    fi
   done
 done

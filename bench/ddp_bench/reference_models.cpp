@@ -192,6 +192,10 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const std::string& name, int6
   return {idx.slice(1, 0, 64), idx.slice(1, 1, 65)};
 }
 
+std::shared_ptr<BenchModel> zero_transformer() {
+  return std::make_shared<TinyGPT>(8192, 768, 12, 12, 3072, 64);
+}
+
 int64_t parameter_count(const torch::nn::Module& module) {
   int64_t n = 0;
   for (const auto& p : module.parameters()) n += p.numel();

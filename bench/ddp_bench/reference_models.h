@@ -37,6 +37,11 @@ BuiltModel build(const std::string& name);
 std::pair<torch::Tensor, torch::Tensor> make_batch(const std::string& name, int64_t batch,
                                                    at::Generator& generator);
 
+/// The sharded-training benchmark's fixed transformer (issue 32): TinyGPT with vocabulary 8192,
+/// d_model 768, 12 blocks, 12 heads, MLP 3072, sequence 64 (97,696,256 parameters); the peer
+/// builds it as reference_models.TinyGPT(8192, 768, 12, 12, 3072, 64).
+std::shared_ptr<BenchModel> zero_transformer();
+
 /// Number of parameter elements (buffers excluded).
 int64_t parameter_count(const torch::nn::Module& module);
 
