@@ -204,9 +204,9 @@ int main(int argc, char** argv) {
         "\"world_size\": %d, \"parameters\": %lld, \"step_ms\": %.2f, \"exchange_ms\": %.2f, "
         "\"state_bytes_per_rank\": %.0f, \"peak_growth_bytes\": %.0f, "
         "\"shared_memory_bytes\": %.0f}\n",
-        options.model.c_str(), options.backend.c_str(), options.mode.c_str(),
-        ddp::get_world_size(), static_cast<long long>(parameters), step_ms, exchange_ms,
-        most_state, peak_growth, shared_memory);
+        options.model.c_str(), options.backend.c_str(), options.mode.c_str(), ddp::get_world_size(),
+        static_cast<long long>(parameters), step_ms, exchange_ms, most_state, peak_growth,
+        shared_memory);
   }
   ddp::destroy_process_group();
   return 0;
