@@ -43,18 +43,8 @@ std::vector<uint8_t> encode_host_failure(const std::exception& error) {
   if (std::sscanf(stored.c_str(), "%d %d %n", &kind, &lost_rank, &consumed) == 2) {
     what = stored.substr(consumed);
   }
-  const std::string cause = "another host failed, so this one stops too: " + what;
-  switch (static_cast<ShmFailure>(kind)) {
-    case ShmFailure::kPeerLost:
-      fail_peer_lost(operation, cause, lost_rank);
-    case ShmFailure::kTimeout:
-      fail<TimeoutError>(operation, cause);
-    case ShmFailure::kMismatch:
-      fail<MismatchError>(operation, cause);
-    case ShmFailure::kOther:
-      break;
-  }
-  fail(operation, cause);
+  fail_of_kind(static_cast<ShmFailure>(kind), operation,
+               "another host failed, so this one stops too: " + what, lost_rank);
 }
 
 }  // namespace

@@ -185,17 +185,8 @@ void ShmSync::throw_if_aborted(const char* operation) const {
       std::string(header_->abort_reason,
                   strnlen(header_->abort_reason, sizeof(header_->abort_reason)));
   // The aborting rank's kind of failure is this rank's too: a peer lost to one is lost to all.
-  switch (static_cast<ShmFailure>(header_->abort_kind.load(std::memory_order_relaxed))) {
-    case ShmFailure::kPeerLost:
-      fail_peer_lost(operation, cause, header_->abort_lost_rank.load(std::memory_order_relaxed));
-    case ShmFailure::kTimeout:
-      fail<TimeoutError>(operation, cause);
-    case ShmFailure::kMismatch:
-      fail<MismatchError>(operation, cause);
-    case ShmFailure::kOther:
-      break;
-  }
-  fail(operation, cause);
+  fail_of_kind(static_cast<ShmFailure>(header_->abort_kind.load(std::memory_order_relaxed)),
+               operation, cause, header_->abort_lost_rank.load(std::memory_order_relaxed));
 }
 
 void ShmSync::mark_left() {
@@ -243,6 +234,21 @@ ShmFailure failure_kind_of(const std::exception& error) {
   if (dynamic_cast<const TimeoutError*>(&error)) return ShmFailure::kTimeout;
   if (dynamic_cast<const MismatchError*>(&error)) return ShmFailure::kMismatch;
   return ShmFailure::kOther;
+}
+
+void fail_of_kind(ShmFailure kind, const std::string& operation, const std::string& cause,
+                  int lost_rank) {
+  switch (kind) {
+    case ShmFailure::kPeerLost:
+      fail_peer_lost(operation, cause, lost_rank);
+    case ShmFailure::kTimeout:
+      fail<TimeoutError>(operation, cause);
+    case ShmFailure::kMismatch:
+      fail<MismatchError>(operation, cause);
+    case ShmFailure::kOther:
+      break;
+  }
+  fail(operation, cause);
 }
 
 }  // namespace ddp::detail

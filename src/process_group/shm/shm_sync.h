@@ -33,6 +33,11 @@ enum class ShmFailure : int32_t { kOther = 0, kPeerLost, kTimeout, kMismatch };
 /// The kind of a caught exception (kOther for one that is not a typed DistributedError).
 ShmFailure failure_kind_of(const std::exception& error);
 
+/// Raises the error of that kind (its inverse): PeerLostError naming `lost_rank`, TimeoutError,
+/// MismatchError, or a plain DistributedError for kOther.
+[[noreturn]] void fail_of_kind(ShmFailure kind, const std::string& operation,
+                               const std::string& cause, int lost_rank);
+
 // One rank's control line. `arrive` is a 32-bit word because futexes are.
 struct alignas(64) RankSlot {
   std::atomic<uint32_t> arrive;      // phases this rank has finished
