@@ -1,4 +1,5 @@
-// allreduce_bench: all_reduce bandwidth over message sizes, after nccl-tests' all_reduce_perf.
+// allreduce_bench: all_reduce (or reduce_scatter_tensor) bandwidth over message sizes, after
+// nccl-tests' all_reduce_perf and reduce_scatter_perf.
 //
 // Launch it on every rank (ddprun, torchrun, or by hand with RANK, WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT set):
@@ -18,6 +19,11 @@
 // loop each rank fills its tensor with (rank+1) + i%7 (small integers, so float sums are exact),
 // runs one more all_reduce, and counts the elements that differ from the expected sum; the counts
 // are summed over ranks. The program exits 1 when any size had a wrong element.
+//
+// --collective reduce_scatter times reduce_scatter_tensor(output, input) instead: `bytes` is the
+// input's size (rounded down to a multiple of the world size), each rank receives 1/n of it, and
+// busbw = algbw * (n-1)/n, as in nccl-tests' reduce_scatter_perf; "wrong" counts the elements of
+// each rank's output that differ from its part of the expected sum.
 //
 // See bench/README.md for the options and measured numbers.
 #include <ATen/ATen.h>
@@ -39,6 +45,7 @@ namespace {
 
 struct Options {
   std::string backend = "gloo";
+  std::string collective = "all_reduce";  // or "reduce_scatter" (reduce_scatter_tensor)
   std::int64_t min_bytes = 8;
   std::int64_t max_bytes = 64LL << 20;
   std::int64_t step_factor = 4;
@@ -61,12 +68,14 @@ constexpr int kMinScaledIters = 3;
 const char* const kUsage =
     "usage: allreduce_bench [options]\n"
     "\n"
-    "Times ddp::all_reduce(SUM) on float tensors of growing size; run it on every rank (ddprun,\n"
-    "torchrun, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set by hand). Rank 0 prints one JSON\n"
-    "line per size. Sizes take a K, M or G suffix (powers of 1024).\n"
+    "Times ddp::all_reduce(SUM), or reduce_scatter_tensor, on float tensors of growing size; run\n"
+    "it on every rank (ddprun, torchrun, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set by hand).\n"
+    "Rank 0 prints one JSON line per size. Sizes take a K, M or G suffix (powers of 1024).\n"
     "\n"
     "options (`--name value` or `--name=value`):\n"
     "  --backend NAME       ddp::InitOptions().backend (default gloo)\n"
+    "  --collective NAME    all_reduce (default) or reduce_scatter (reduce_scatter_tensor: the\n"
+    "                       size is the input's, each rank receives 1/world of it)\n"
     "  --min-bytes N        smallest message (default 8; at least 4, one float)\n"
     "  --max-bytes N        largest message (default 64M); the sweep stops at the last size\n"
     "                       min-bytes * step^k that does not exceed it\n"
@@ -151,6 +160,8 @@ Options parse_options(int argc, char** argv) {
     };
     if (name == "backend") {
       o.backend = take_value();
+    } else if (name == "collective") {
+      o.collective = take_value();
     } else if (name == "min-bytes") {
       o.min_bytes = parse_int(name, take_value(), true);
     } else if (name == "max-bytes") {
@@ -177,6 +188,9 @@ Options parse_options(int argc, char** argv) {
     } else {
       usage_error("unknown option '" + arg + "'");
     }
+  }
+  if (o.collective != "all_reduce" && o.collective != "reduce_scatter") {
+    usage_error("--collective: all_reduce or reduce_scatter, got '" + o.collective + "'");
   }
   if (o.dtype != "float") usage_error("--dtype: only 'float' is supported, got '" + o.dtype + "'");
   if (o.min_bytes < static_cast<std::int64_t>(sizeof(float))) {
@@ -209,6 +223,16 @@ struct Result {
   int iters = 0;
 };
 
+// One call of the benchmarked collective on `buffer` (all_reduce: in place; reduce_scatter: into
+// `output`, 1/world of it).
+void run_once(const Options& o, at::Tensor& buffer, at::Tensor& output) {
+  if (o.collective == "reduce_scatter") {
+    ddp::reduce_scatter_tensor(output, buffer, ddp::ReduceOp::SUM);
+  } else {
+    ddp::all_reduce(buffer, ddp::ReduceOp::SUM);
+  }
+}
+
 Result run_size(const Options& o, std::int64_t count, int rank, int world) {
   const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(float));
   // (rank+1) + i%7: small integers, so every partial sum is exact in float whatever the order.
@@ -217,24 +241,30 @@ Result run_size(const Options& o, std::int64_t count, int rank, int world) {
   const at::Tensor expected =
       ramp * static_cast<double>(world) + static_cast<double>(world) * (world + 1) / 2.0;
 
-  // The timed calls reduce in place, so the values grow by a factor of world per call (and reach
-  // inf after enough calls): their results are never looked at, only the checked call's below.
+  // The timed all-reduces reduce in place, so the values grow by a factor of world per call (and
+  // reach inf after enough calls): their results are never looked at, only the checked call's
+  // below. A reduce-scatter leaves its input as it was.
   at::Tensor buffer = pattern.clone();
+  const std::int64_t part = count / world;
+  at::Tensor output = at::empty({part}, at::kFloat);
   Result result;
   result.iters = iters_for(o, bytes);
 
   ddp::barrier();
-  for (int i = 0, n = warmup_for(o, bytes); i < n; ++i) ddp::all_reduce(buffer, ddp::ReduceOp::SUM);
+  for (int i = 0, n = warmup_for(o, bytes); i < n; ++i) run_once(o, buffer, output);
   ddp::barrier();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < result.iters; ++i) ddp::all_reduce(buffer, ddp::ReduceOp::SUM);
+  for (int i = 0; i < result.iters; ++i) run_once(o, buffer, output);
   const auto stop = std::chrono::steady_clock::now();
   const double local_us =
       std::chrono::duration<double, std::micro>(stop - start).count() / result.iters;
 
   buffer.copy_(pattern);
-  ddp::all_reduce(buffer, ddp::ReduceOp::SUM);
-  const std::int64_t local_wrong = buffer.ne(expected).sum().item<std::int64_t>();
+  run_once(o, buffer, output);
+  const std::int64_t local_wrong =
+      o.collective == "reduce_scatter"
+          ? output.ne(expected.narrow(0, rank * part, part)).sum().item<std::int64_t>()
+          : buffer.ne(expected).sum().item<std::int64_t>();
 
   at::Tensor time = at::full({1}, local_us, at::kDouble);
   ddp::all_reduce(time, ddp::ReduceOp::MAX);
@@ -258,27 +288,34 @@ int main(int argc, char** argv) {
     const std::string backend = ddp::get_backend();
     if (rank == 0) {
       std::fprintf(stderr,
-                   "# allreduce_bench: backend %s, %d ranks, float, sum, in place, sizes %" PRId64
+                   "# allreduce_bench: %s, backend %s, %d ranks, float, sum, sizes %" PRId64
                    "..%" PRId64 " B x%" PRId64
                    ", warmup %d, iters %d (%s), threads %d, "
                    "verify_collectives %s\n",
-                   backend.c_str(), world, o.min_bytes, o.max_bytes, o.step_factor, o.warmup,
-                   o.iters, o.scale_iters ? "fewer where a loop would move > 1 GiB" : "fixed",
-                   o.threads, o.verify ? "on" : "off");
+                   o.collective.c_str(), backend.c_str(), world, o.min_bytes, o.max_bytes,
+                   o.step_factor, o.warmup, o.iters,
+                   o.scale_iters ? "fewer where a loop would move > 1 GiB" : "fixed", o.threads,
+                   o.verify ? "on" : "off");
     }
     std::int64_t total_wrong = 0;
     for (std::int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
-      const std::int64_t count = bytes / static_cast<std::int64_t>(sizeof(float));
+      std::int64_t count = bytes / static_cast<std::int64_t>(sizeof(float));
+      // A reduce-scatter's input holds world equal parts.
+      if (o.collective == "reduce_scatter")
+        count = std::max<std::int64_t>(count / world, 1) * world;
       const Result r = run_size(o, count, rank, world);
       total_wrong += r.wrong;
       if (rank == 0) {
         const std::int64_t used = count * static_cast<std::int64_t>(sizeof(float));
         const double algbw = static_cast<double>(used) / (r.time_us * 1e-6) / 1e9;
-        const double busbw = algbw * 2.0 * (world - 1) / world;
-        std::printf("{\"backend\": \"%s\", \"world_size\": %d, \"bytes\": %" PRId64
-                    ", \"time_us\": %.2f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
-                    "\"wrong\": %" PRId64 ", \"iters\": %d}\n",
-                    backend.c_str(), world, used, r.time_us, algbw, busbw, r.wrong, r.iters);
+        const double busbw =
+            algbw * (o.collective == "reduce_scatter" ? 1.0 : 2.0) * (world - 1) / world;
+        std::printf(
+            "{\"collective\": \"%s\", \"backend\": \"%s\", \"world_size\": %d, \"bytes\": %" PRId64
+            ", \"time_us\": %.2f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
+            "\"wrong\": %" PRId64 ", \"iters\": %d}\n",
+            o.collective.c_str(), backend.c_str(), world, used, r.time_us, algbw, busbw, r.wrong,
+            r.iters);
         std::fflush(stdout);
       }
       if (bytes > o.max_bytes / o.step_factor) break;  // the next step would overflow or exceed

@@ -314,7 +314,7 @@ void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& inputs, Redu
       return;
     }
   }
-  // No native reduce-scatter (gloo, several hosts). One all-reduce of the concatenated inputs moves
+  // No native reduce-scatter (gloo). One all-reduce of the concatenated inputs moves
   // 2(n-1)/n of the data per rank where a ring reduce-scatter moves (n-1)/n: at most twice the
   // optimum, in a single collective, against n separate reduce calls that would serialise on the
   // roots.

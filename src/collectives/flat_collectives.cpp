@@ -3,8 +3,8 @@
 //
 // Both go to the backend's flat calls where the group has a backend that takes all_gather and a
 // native reduce-scatter (shm writes into the runs of the caller's tensor where they are; NCCL runs
-// c10d's flat calls; the hierarchical all-gather moves each host's bytes across once). Where no
-// backend reduce-scatters natively (gloo, several hosts), the reduce-scatter is composed: one
+// c10d's flat calls; the hierarchical ones move each host's bytes across once). Where no backend
+// reduce-scatters natively (gloo), the reduce-scatter is composed: one
 // all-reduce of a copy of the input, then this rank's run is copied out. That moves 2(n-1)/n of the
 // input per rank where a ring reduce-scatter moves (n-1)/n: twice the bytes, in one collective (see
 // reduce_scatter in collectives.cpp).

@@ -6,7 +6,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "collectives/unverified.h"
 #include "ddp/ddp.h"
+#include "process_group/group_state.h"
+#include "process_group/hierarchical/hierarchical_backend.h"
 #include "support/multiprocess.h"
 
 using ddp::testing::run_ranks_ok;
@@ -130,6 +133,38 @@ TEST(FlatCollectives, ReduceScatterTensorOnGlooReducesEachRanksRun) {
 
 TEST(FlatCollectives, ReduceScatterTensorAcrossTwoHostsReducesEachRanksRun) {
   reduce_scatter_tensor_reduces_each_ranks_run("hierarchical", 4);
+}
+
+TEST(FlatCollectives, ReduceScatterTensorAcrossUnevenHostsReducesEachRanksRun) {
+  // Hosts "a" (ranks 0, 2) and "b" (rank 1): host b's block is padded to two ranks.
+  reduce_scatter_tensor_reduces_each_ranks_run("hierarchical", 3);
+}
+
+TEST(FlatCollectives, ReduceScatterAcrossHostsSendsEachLeaderOnlyTheOtherHostsParts) {
+  // Two hosts of two ranks: a leader hands the link the other host's half of the input, once,
+  // where an all-reduce of the input (gloo's way, and this backend's before) hands it all of it
+  // (and a ring all-reduce sends about twice its payload).
+  const int world = 4;
+  run_ranks_ok(world, [&](int rank) {
+    init_backend("hierarchical", rank);
+    auto* hierarchy = dynamic_cast<ddp::detail::HierarchicalBackend*>(
+        ddp::ProcessGroup().state()->backends.front().get());
+    ASSERT_NE(hierarchy, nullptr);
+    const int64_t numel = 1000;
+    torch::Tensor input = part_of(rank, world * numel);
+    torch::Tensor output = torch::empty({numel});
+    const uint64_t before = hierarchy->bytes_handed_between_hosts();
+    ddp::detail::reduce_scatter_tensor_async(output, input, ddp::ReduceOp::SUM, ddp::ProcessGroup(),
+                                             /*verify=*/false, ddp::detail::Launch::kWaitNow)
+        .wait();
+    const uint64_t handed = hierarchy->bytes_handed_between_hosts() - before;
+    const bool leader = rank < 2;  // ranks 0 ("a") and 1 ("b") lead their hosts
+    EXPECT_EQ(handed, leader ? input.nbytes() / 2 : 0) << "rank " << rank;
+    torch::Tensor sum = torch::zeros({world * numel});
+    for (int r = 0; r < world; ++r) sum += part_of(r, world * numel);
+    EXPECT_TRUE(torch::equal(output, sum.narrow(0, rank * numel, numel)));
+    ddp::destroy_process_group();
+  });
 }
 
 TEST(FlatCollectives, WrongSizesAreRefusedNamingTheTensorAndTheSizeItNeeds) {

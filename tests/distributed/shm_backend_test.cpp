@@ -278,11 +278,16 @@ TEST(ShmBackend, HierarchicalAcrossPosedHostsEqualsFlatGloo) {
         auto gathered = ddp::all_gather(torch::full({numel}, rank, torch::kInt));
         for (int r = 0; r < 4; ++r) ASSERT_EQ(gathered[r][numel - 1].item<int>(), r);
         std::vector<torch::Tensor> inputs;
-        for (int dst = 0; dst < 4; ++dst)
-          inputs.push_back(torch::full({numel}, 10 * dst + rank, torch::kLong));
-        auto out = torch::empty({numel}, torch::kLong);
-        ddp::reduce_scatter(out, inputs, ddp::ReduceOp::SUM);
-        ASSERT_EQ(out[0].item<int64_t>(), 40 * rank + 6);
+        for (int dst = 0; dst < 4; ++dst) {
+          inputs.push_back(torch::arange(numel, torch::kLong) * (rank + 1) + 10 * dst + rank);
+        }
+        for (auto op : {ddp::ReduceOp::SUM, ddp::ReduceOp::MAX}) {
+          auto out = torch::full({numel}, -1, torch::kLong);
+          auto flat = torch::full({numel}, -1, torch::kLong);
+          ddp::reduce_scatter(out, inputs, op);
+          ddp::reduce_scatter(flat, inputs, op, gloo);
+          ASSERT_TRUE(torch::equal(out, flat)) << ddp::to_string(op) << " x" << numel;
+        }
         ddp::barrier();
       }
       ddp::destroy_process_group();
@@ -464,6 +469,45 @@ TEST(ShmBackendFailure, ARankKilledOnOneHostFailsEveryHostAtOnce) {
     EXPECT_EQ(outcomes[3].signal, SIGKILL) << outcomes[3].describe();
     EXPECT_TRUE(segments_of(job).empty());
   }
+}
+
+// The reduce-scatter between hosts is the leaders' sends and receives: a leader killed in the
+// middle fails the other host's ranks at once, naming its host and rank, and its own host's rank
+// through their shared memory.
+TEST(ShmBackendFailure, ALeaderKilledDuringAReduceScatterAcrossHostsFailsEveryHost) {
+  const std::string job = job_id("rskill");
+  Launch launch;
+  launch.world_size = 4;
+  auto outcomes = run_ranks(launch, [job](int rank) {
+    ::setenv("DDP_CPP_HOST_ID", rank < 2 ? "a" : "b", 1);
+    ::setenv("TORCHELASTIC_RUN_ID", job.c_str(), 1);
+    ddp::init_process_group(ddp::InitOptions().backend("auto").timeout(std::chrono::seconds(60)));
+    ASSERT_EQ(ddp::get_backend(), "hierarchical");
+    auto input = torch::ones({1 << 22});  // 16 MiB: the kill lands inside one
+    auto output = torch::empty({1 << 20});
+    if (rank == 2) {
+      auto work = ddp::reduce_scatter_tensor_async(output, input);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let it get going (not a sync)
+      ::raise(SIGKILL);
+    }
+    auto start = std::chrono::steady_clock::now();
+    try {
+      for (int i = 0; i < 20; ++i) ddp::reduce_scatter_tensor(output, input);
+      ADD_FAILURE() << "rank " << rank << ": no error";
+    } catch (const ddp::PeerLostError& error) {
+      const std::string what = error.what();
+      EXPECT_EQ(error.lost_rank(), 2) << what;
+      EXPECT_EQ(what.rfind("[rank " + std::to_string(rank) + "] ddp::reduce_scatter_tensor", 0), 0u)
+          << what;
+      // Host a hears it from the link, host b's other rank from its shared memory.
+      EXPECT_NE(what.find(rank < 2 ? "lost host 1 (ranks 2, 3)" : "rank 2"), std::string::npos)
+          << what;
+    }
+    EXPECT_LT(elapsed_ms(start), 20000) << "detection should take moments, not the timeout";
+  });
+  for (int rank : {0, 1, 3}) EXPECT_EQ(outcomes[rank].exit_code, 0) << outcomes[rank].describe();
+  EXPECT_EQ(outcomes[2].signal, SIGKILL) << outcomes[2].describe();
+  EXPECT_TRUE(segments_of(job).empty());
 }
 
 TEST(ShmBackendFailure, SlowPeerTimesOutAndMismatchedCallsAreNamed) {

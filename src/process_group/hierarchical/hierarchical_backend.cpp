@@ -84,6 +84,7 @@ bool HierarchicalBackend::takes(Collective collective, const at::Tensor& like) c
     case Collective::kAllReduce:
     case Collective::kBroadcast:
     case Collective::kAllGatherIntoTensor:
+    case Collective::kReduceScatter:
       return fits_shm(like);
     case Collective::kAllReduceNarrowBetweenHosts:
       return fits_shm(like) && at::isFloatingType(like.scalar_type());
@@ -116,15 +117,16 @@ void HierarchicalBackend::all_reduce_now(const at::Tensor& tensor, RedOp op) {
     }
     if (leaders_) {
       at::Tensor across = tensor;
-      wait_for_leaders(operation, leaders_->all_reduce(across, op, Launch::kWaitNow));
+      wait_for_leaders(operation, leaders_->all_reduce(across, op, Launch::kWaitNow),
+                       across.nbytes());
     }
     if (local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0, operation);
   });
 }
 
 BackendWork HierarchicalBackend::all_reduce_narrow_between_hosts(at::Tensor& tensor,
-                                                                c10::ScalarType wire,
-                                                                int64_t divisor, Launch launch) {
+                                                                 c10::ScalarType wire,
+                                                                 int64_t divisor, Launch launch) {
   if (wire != c10::kHalf && wire != c10::kBFloat16) {
     fail<InvalidArgumentError>("all_reduce", std::string("cannot narrow to ") +
                                                  c10::toString(wire) +
@@ -156,7 +158,7 @@ void HierarchicalBackend::add_up_across_leaders(at::Tensor& tensor, at::Tensor n
   at::Tensor bytes = narrow.view(at::kByte);
   std::vector<at::Tensor> parts;
   for (int host = 0; host < topology_.hosts(); ++host) parts.push_back(at::empty_like(bytes));
-  wait_for_leaders(operation, leaders_->all_gather(parts, bytes, Launch::kWaitNow));
+  wait_for_leaders(operation, leaders_->all_gather(parts, bytes, Launch::kWaitNow), bytes.nbytes());
   tensor.zero_();
   for (const at::Tensor& part : parts) tensor.add_(part.view(narrow.scalar_type()));
 }
@@ -171,7 +173,8 @@ void HierarchicalBackend::broadcast_now(const at::Tensor& tensor, int root) {
     if (leaders_) {
       at::Tensor across = tensor;
       // The leader index is the host index.
-      wait_for_leaders(operation, leaders_->broadcast(across, root_host, Launch::kWaitNow));
+      wait_for_leaders(operation, leaders_->broadcast(across, root_host, Launch::kWaitNow),
+                       host_ == root_host ? across.nbytes() : 0);
     }
     if (host_ != root_host && local_) local_->broadcast(tensor.data_ptr(), tensor.nbytes(), 0);
   });
@@ -217,7 +220,8 @@ void HierarchicalBackend::all_gather_into_tensor_now(const at::Tensor& output,
       for (int host = 0; host < topology_.hosts(); ++host) {
         blocks.push_back(every_host.narrow(0, host * block, block));
       }
-      wait_for_leaders(operation, leaders_->all_gather(blocks, host_block, Launch::kWaitNow));
+      wait_for_leaders(operation, leaders_->all_gather(blocks, host_block, Launch::kWaitNow),
+                       host_block.nbytes());
     }
     if (local_) local_->broadcast(every_host.data_ptr(), every_host.nbytes(), 0, operation);
     at::Tensor out = output.view(-1);
@@ -229,6 +233,97 @@ void HierarchicalBackend::all_gather_into_tensor_now(const at::Tensor& output,
       }
     }
   });
+}
+
+BackendWork HierarchicalBackend::reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs,
+                                                RedOp op, Launch launch) {
+  check_reducible(output.scalar_type(), op, "reduce_scatter");
+  if (!fits_shm(output) || inputs.size() != topology_.host_of.size()) {
+    fail<InvalidArgumentError>("reduce_scatter",
+                               "the hierarchical backend takes a dense CPU output and one input "
+                               "like it per group rank");
+  }
+  for (const at::Tensor& input : inputs) {
+    if (input.numel() != output.numel() || input.scalar_type() != output.scalar_type() ||
+        !input.device().is_cpu()) {
+      fail<InvalidArgumentError>("reduce_scatter",
+                                 "the hierarchical backend takes inputs of the output's elements, "
+                                 "dtype and device (CPU)");
+    }
+  }
+  return queue_->submit(
+      rank_, c10d::OpType::REDUCE_SCATTER,
+      [this, output, inputs, op] { reduce_scatter_now(output, inputs, op); }, launch);
+}
+
+void HierarchicalBackend::reduce_scatter_now(const at::Tensor& output,
+                                             const std::vector<at::Tensor>& inputs, RedOp op) {
+  const char* operation = "reduce_scatter";
+  const int64_t numel = output.numel();
+  size_t widest = 0;
+  for (const auto& members : topology_.members) widest = std::max(widest, members.size());
+  const int64_t block = static_cast<int64_t>(widest) * numel;
+  run_across_hosts(operation, [&] {
+    // The inputs laid out as one block per host, each host's ranks in local-rank order, padded
+    // to the widest host (the padding is reduced and never read): a copy, as the inputs must stay
+    // as they were.
+    at::Tensor blocks = at::zeros({block * topology_.hosts()}, output.options());
+    for (int host = 0; host < topology_.hosts(); ++host) {
+      const auto& ranks = topology_.members[host];
+      for (size_t j = 0; j < ranks.size(); ++j) {
+        blocks.narrow(0, host * block + static_cast<int64_t>(j) * numel, numel)
+            .copy_(inputs[ranks[j]].reshape(-1));
+      }
+    }
+    if (local_) {
+      local_->all_reduce(blocks.data_ptr(), blocks.numel(), blocks.scalar_type(), op, operation);
+    }
+    at::Tensor mine = blocks.narrow(0, host_ * block, block);
+    if (leaders_) mine = reduce_blocks_across_leaders(blocks, op, operation);
+    if (local_) local_->broadcast(mine.data_ptr(), mine.nbytes(), 0, operation);
+    const int64_t local_rank = topology_.local_rank(rank_);
+    output.copy_(mine.narrow(0, local_rank * numel, numel).view(output.sizes()));
+  });
+}
+
+at::Tensor HierarchicalBackend::reduce_blocks_across_leaders(const at::Tensor& blocks, RedOp op,
+                                                             const char* operation) {
+  const int hosts = topology_.hosts();
+  const int64_t block = blocks.numel() / hosts;
+  // Every send and receive is posted before any is waited for: the leaders exchange in any
+  // order. One tag serves them all, as the leaders' group runs one collective at a time.
+  constexpr int kTag = 0;
+  std::vector<at::Tensor> received(hosts);
+  std::vector<BackendWork> sends;
+  std::vector<BackendWork> receives(hosts);
+  try {
+    for (int host = 0; host < hosts; ++host) {
+      if (host == host_) continue;
+      at::Tensor theirs = blocks.narrow(0, host * block, block);
+      sends.push_back(leaders_->send(theirs, host, kTag));
+      received[host] = at::empty({block}, blocks.options());
+      receives[host] = leaders_->recv(received[host], host, kTag);
+    }
+  } catch (const std::exception& error) {
+    // gloo posts a send at once: on a connection that another leader closed, it throws here.
+    fail_between_hosts(operation, error);
+  }
+  for (const BackendWork& send : sends) {
+    wait_for_leaders(operation, send, static_cast<size_t>(block) * blocks.element_size());
+  }
+  std::vector<const void*> sources;
+  for (int host = 0; host < hosts; ++host) {
+    if (host == host_) {
+      sources.push_back(blocks.narrow(0, host * block, block).data_ptr());
+    } else {
+      wait_for_leaders(operation, receives[host], 0);
+      sources.push_back(received[host].data_ptr());
+    }
+  }
+  at::Tensor sum = at::empty({block}, blocks.options());
+  reduce_into(sum.data_ptr(), sources.data(), hosts, static_cast<size_t>(block),
+              blocks.scalar_type(), op);
+  return sum;
 }
 
 template <typename Body>
@@ -264,35 +359,41 @@ void HierarchicalBackend::run_across_hosts(const char* operation, Body&& body) {
   }
 }
 
-void HierarchicalBackend::wait_for_leaders(const char* operation, const BackendWork& work) {
+void HierarchicalBackend::wait_for_leaders(const char* operation, const BackendWork& work,
+                                           size_t bytes_handed) {
+  bytes_between_hosts_.fetch_add(bytes_handed, std::memory_order_relaxed);
   try {
     work->wait();
   } catch (const std::exception& error) {
-    // Most likely another host's leader closed its connections after a failure on its host:
-    // name that failure rather than only the closed connection.
-    std::string cause;
-    try {
-      if (leaders_store_->check({kHostFailureKey})) {
-        std::vector<uint8_t> why = leaders_store_->get(kHostFailureKey);
-        cause.assign(why.begin(), why.end());
-      }
-    } catch (const std::exception&) {
-    }
-    std::vector<int> silent;
-    if (cause.empty()) silent = hosts_gone_silent(cause);
-    if (!cause.empty()) fail_like_host_failure(operation, cause);
-    if (silent.empty()) rethrow_backend_failure(std::string(operation) + " between hosts", error);
-    std::string hosts;
-    for (int host : silent) hosts += (hosts.empty() ? "" : ", ") + describe_host(host);
-    std::string what = error.what();
-    what = what.substr(0, what.find('\n'));
-    fail_peer_lost(operation,
-                   "lost " + hosts + ": " + (silent.size() > 1 ? "their leaders" : "its leader") +
-                       " stopped answering between hosts (" + what +
-                       "). Its processes exited or were killed, or the network between the "
-                       "hosts is down: look at that host's output for the first error.",
-                   global_ranks_[topology_.leader(silent.front())]);
+    fail_between_hosts(operation, error);
   }
+}
+
+void HierarchicalBackend::fail_between_hosts(const char* operation, const std::exception& error) {
+  // Most likely another host's leader closed its connections after a failure on its host:
+  // name that failure rather than only the closed connection.
+  std::string cause;
+  try {
+    if (leaders_store_->check({kHostFailureKey})) {
+      std::vector<uint8_t> why = leaders_store_->get(kHostFailureKey);
+      cause.assign(why.begin(), why.end());
+    }
+  } catch (const std::exception&) {
+  }
+  std::vector<int> silent;
+  if (cause.empty()) silent = hosts_gone_silent(cause);
+  if (!cause.empty()) fail_like_host_failure(operation, cause);
+  if (silent.empty()) rethrow_backend_failure(std::string(operation) + " between hosts", error);
+  std::string hosts;
+  for (int host : silent) hosts += (hosts.empty() ? "" : ", ") + describe_host(host);
+  std::string what = error.what();
+  what = what.substr(0, what.find('\n'));
+  fail_peer_lost(operation,
+                 "lost " + hosts + ": " + (silent.size() > 1 ? "their leaders" : "its leader") +
+                     " stopped answering between hosts (" + what +
+                     "). Its processes exited or were killed, or the network between the "
+                     "hosts is down: look at that host's output for the first error.",
+                 global_ranks_[topology_.leader(silent.front())]);
 }
 
 std::vector<int> HierarchicalBackend::hosts_gone_silent(std::string& cause) {
