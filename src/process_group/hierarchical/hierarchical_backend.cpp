@@ -24,6 +24,8 @@ std::string still_here_key(int host) { return "still_here/" + std::to_string(hos
 // How long the leaders that are still here wait for each other before they call the others lost:
 // all of them see the failure within moments (their connections close or fail together).
 constexpr auto kRollCallWait = std::chrono::seconds(2);
+// The reduce-scatter's blocks cross between the leaders in pieces of this size.
+constexpr int64_t kExchangePieceBytes = 1 << 20;
 
 // The first host's failure as kHostFailureKey keeps it, "<kind> <lost rank> <what>": the other
 // hosts raise the type it raised (a rank lost on one host is lost to all), as a host's shm abort
@@ -265,15 +267,17 @@ void HierarchicalBackend::reduce_scatter_now(const at::Tensor& output,
   const int64_t block = static_cast<int64_t>(widest) * numel;
   run_across_hosts(operation, [&] {
     // The inputs laid out as one block per host, each host's ranks in local-rank order, padded
-    // to the widest host (the padding is reduced and never read): a copy, as the inputs must stay
-    // as they were.
-    at::Tensor blocks = at::zeros({block * topology_.hosts()}, output.options());
+    // to the widest host with zeros (reduced, never read): a copy, as the inputs must stay as
+    // they were.
+    at::Tensor blocks = at::empty({block * topology_.hosts()}, output.options());
     for (int host = 0; host < topology_.hosts(); ++host) {
       const auto& ranks = topology_.members[host];
       for (size_t j = 0; j < ranks.size(); ++j) {
         blocks.narrow(0, host * block + static_cast<int64_t>(j) * numel, numel)
             .copy_(inputs[ranks[j]].reshape(-1));
       }
+      const int64_t used = static_cast<int64_t>(ranks.size()) * numel;
+      blocks.narrow(0, host * block + used, block - used).zero_();
     }
     if (local_) {
       local_->all_reduce(blocks.data_ptr(), blocks.numel(), blocks.scalar_type(), op, operation);
@@ -290,40 +294,46 @@ at::Tensor HierarchicalBackend::reduce_blocks_across_leaders(const at::Tensor& b
                                                              const char* operation) {
   const int hosts = topology_.hosts();
   const int64_t block = blocks.numel() / hosts;
-  // Every send and receive is posted before any is waited for: the leaders exchange in any
-  // order. One tag serves them all, as the leaders' group runs one collective at a time.
-  constexpr int kTag = 0;
+  // Each block travels in pieces, every send and receive posted before any is waited for: the
+  // leaders exchange in any order, and the link stays busy (one message of the whole block
+  // reached half of a shaped link's rate, bench/README.md). Piece p has tag p: the leaders'
+  // group runs one collective at a time, so the tags are free.
+  const int64_t piece = std::max<int64_t>(kExchangePieceBytes / blocks.element_size(), 1);
   std::vector<at::Tensor> received(hosts);
   std::vector<BackendWork> sends;
-  std::vector<BackendWork> receives(hosts);
+  std::vector<BackendWork> receives;  // receives[i] pairs with sends[i]
+  std::vector<size_t> sent_bytes;     // sends[i]'s
   try {
     for (int host = 0; host < hosts; ++host) {
       if (host == host_) continue;
-      at::Tensor theirs = blocks.narrow(0, host * block, block);
-      sends.push_back(leaders_->send(theirs, host, kTag));
       received[host] = at::empty({block}, blocks.options());
-      receives[host] = leaders_->recv(received[host], host, kTag);
+      at::Tensor theirs = blocks.narrow(0, host * block, block);
+      for (int64_t start = 0, tag = 0; start < block; start += piece, ++tag) {
+        const int64_t length = std::min(piece, block - start);
+        at::Tensor out = theirs.narrow(0, start, length);
+        at::Tensor in = received[host].narrow(0, start, length);
+        sends.push_back(leaders_->send(out, host, static_cast<int>(tag)));
+        sent_bytes.push_back(out.nbytes());
+        receives.push_back(leaders_->recv(in, host, static_cast<int>(tag)));
+      }
     }
   } catch (const std::exception& error) {
     // gloo posts a send at once: on a connection that another leader closed, it throws here.
     fail_between_hosts(operation, error);
   }
-  for (const BackendWork& send : sends) {
-    wait_for_leaders(operation, send, static_cast<size_t>(block) * blocks.element_size());
+  for (size_t i = 0; i < sends.size(); ++i) {
+    wait_for_leaders(operation, sends[i], sent_bytes[i]);
+    wait_for_leaders(operation, receives[i], 0);
   }
+  // This host's block, reduced over the hosts in host order, in place.
+  at::Tensor mine = blocks.narrow(0, host_ * block, block);
   std::vector<const void*> sources;
   for (int host = 0; host < hosts; ++host) {
-    if (host == host_) {
-      sources.push_back(blocks.narrow(0, host * block, block).data_ptr());
-    } else {
-      wait_for_leaders(operation, receives[host], 0);
-      sources.push_back(received[host].data_ptr());
-    }
+    sources.push_back(host == host_ ? mine.data_ptr() : received[host].data_ptr());
   }
-  at::Tensor sum = at::empty({block}, blocks.options());
-  reduce_into(sum.data_ptr(), sources.data(), hosts, static_cast<size_t>(block),
+  reduce_into(mine.data_ptr(), sources.data(), hosts, static_cast<size_t>(block),
               blocks.scalar_type(), op);
-  return sum;
+  return mine;
 }
 
 template <typename Body>

@@ -84,7 +84,8 @@ class HierarchicalBackend : public Backend {
   void reduce_scatter_now(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
                           RedOp op);
   // On a leader: this host's block of `blocks` (one block per host, in host order), reduced
-  // over the hosts in host order; each other host's block is sent to its leader.
+  // over the hosts in host order where it lies (the view is returned); each other host's block
+  // is sent to its leader.
   at::Tensor reduce_blocks_across_leaders(const at::Tensor& blocks, RedOp op,
                                           const char* operation);
   void all_reduce_narrow_now(at::Tensor tensor, c10::ScalarType wire, int64_t divisor);
