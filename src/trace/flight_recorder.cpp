@@ -1,0 +1,199 @@
+#include "trace/flight_recorder.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/error_context.h"
+
+namespace ddp::detail {
+namespace {
+
+thread_local const char* tls_label = nullptr;
+thread_local TraceSlot* tls_active_slot = nullptr;
+
+constexpr size_t kDefaultTraceBuffer = 2000;
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Copies into a fixed field, cut to fit: a name is for reading, and no call allocates for it.
+template <size_t N>
+void copy_name(char (&field)[N], const std::string& text) {
+  const size_t length = std::min(text.size(), N - 1);
+  std::memcpy(field, text.data(), length);
+  field[length] = '\0';
+}
+
+}  // namespace
+
+const char* to_string(TraceState state) {
+  switch (state) {
+    case TraceState::kQueued:
+      return "queued";
+    case TraceState::kStarted:
+      return "started";
+    case TraceState::kCompleted:
+      return "completed";
+    case TraceState::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+const char* to_string(TraceFailure failure) {
+  switch (failure) {
+    case TraceFailure::kNone:
+      return "";
+    case TraceFailure::kTimeout:
+      return "TimeoutError";
+    case TraceFailure::kPeerLost:
+      return "PeerLostError";
+    case TraceFailure::kMismatch:
+      return "MismatchError";
+    case TraceFailure::kOther:
+      return "other";
+  }
+  return "?";
+}
+
+FlightRecorder::FlightRecorder(size_t capacity, std::string group_name,
+                               std::vector<int> global_ranks, int global_rank)
+    : ring_(capacity),
+      group_name_(std::move(group_name)),
+      global_ranks_(std::move(global_ranks)),
+      global_rank_(global_rank) {
+  TORCH_INTERNAL_ASSERT(capacity > 0, "a flight recorder needs room for one entry");
+}
+
+uint64_t FlightRecorder::open(const std::string& operation, const char* call) {
+  const int64_t queued = now_us();
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t sequence = next_sequence_++;
+  TraceEntry& entry = ring_[sequence % ring_.size()];
+  entry = TraceEntry();
+  entry.sequence = sequence;
+  copy_name(entry.operation, operation);
+  entry.call = call;
+  entry.queued_us = queued;
+  return sequence;
+}
+
+TraceEntry* FlightRecorder::find_described(const TraceSlot& slot) {
+  TraceEntry& entry = ring_[slot.sequence % ring_.size()];
+  if (entry.sequence != slot.sequence) return nullptr;
+  if (slot.tensor.dtype >= 0) entry.tensor = slot.tensor;
+  if (slot.backend[0] != '\0') std::memcpy(entry.backend, slot.backend, sizeof entry.backend);
+  return &entry;
+}
+
+void FlightRecorder::describe(const TraceSlot& slot) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  find_described(slot);
+}
+
+void FlightRecorder::mark_started(TraceSlot& slot) {
+  if (slot.started) return;
+  slot.started = true;
+  const int64_t started = now_us();
+  std::lock_guard<std::mutex> lock(mutex_);
+  TraceEntry* entry = find_described(slot);
+  if (entry && entry->state == TraceState::kQueued) {
+    entry->state = TraceState::kStarted;
+    entry->started_us = started;
+  }
+}
+
+void FlightRecorder::mark_completed(const TraceSlot& slot) {
+  const int64_t finished = now_us();
+  std::lock_guard<std::mutex> lock(mutex_);
+  TraceEntry* entry = find_described(slot);
+  if (entry && entry->state != TraceState::kFailed) {
+    entry->state = TraceState::kCompleted;
+    entry->finished_us = finished;
+  }
+}
+
+void FlightRecorder::mark_failed(const TraceSlot& slot, TraceFailure failure) {
+  const int64_t finished = now_us();
+  std::lock_guard<std::mutex> lock(mutex_);
+  TraceEntry* entry = find_described(slot);
+  if (!entry) return;
+  if (entry->state != TraceState::kFailed) {
+    entry->state = TraceState::kFailed;
+    entry->finished_us = finished;
+    entry->failure = failure;
+  } else if (entry->failure == TraceFailure::kOther || entry->failure == TraceFailure::kNone) {
+    entry->failure = failure;
+  }
+}
+
+TraceFailure FlightRecorder::failure_of(uint64_t sequence) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const TraceEntry& entry = ring_[sequence % ring_.size()];
+  if (entry.sequence != sequence || entry.state != TraceState::kFailed) return TraceFailure::kNone;
+  return entry.failure;
+}
+
+std::vector<TraceEntry> FlightRecorder::entries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TraceEntry> held;
+  held.reserve(ring_.size());
+  const uint64_t count = next_sequence_ - 1;
+  const uint64_t first = count > ring_.size() ? count - ring_.size() + 1 : 1;
+  for (uint64_t sequence = first; sequence <= count; ++sequence) {
+    held.push_back(ring_[sequence % ring_.size()]);
+  }
+  return held;
+}
+
+void name_backend(TraceSlot& slot, const std::string& backend) { copy_name(slot.backend, backend); }
+
+TraceLabel::TraceLabel(const char* call) : previous_(tls_label) { tls_label = call; }
+
+TraceLabel::~TraceLabel() { tls_label = previous_; }
+
+const char* TraceLabel::current() { return tls_label; }
+
+ActiveTraceScope::ActiveTraceScope(TraceSlot* slot) : previous_(tls_active_slot) {
+  tls_active_slot = slot;
+}
+
+ActiveTraceScope::~ActiveTraceScope() { tls_active_slot = previous_; }
+
+TraceSlot* ActiveTraceScope::current() { return tls_active_slot; }
+
+size_t resolve_trace_buffer(int64_t option, const char* env_value) {
+  if (option < -1) {
+    fail<InvalidArgumentError>("init_process_group",
+                               "trace_buffer must be 0 (off), a number of entries, or -1 (from "
+                               "DDP_CPP_TRACE_BUFFER); got " +
+                                   std::to_string(option));
+  }
+  if (option >= 0) return static_cast<size_t>(option);
+  if (env_value == nullptr || *env_value == '\0') return kDefaultTraceBuffer;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(env_value, &end, 10);
+  if (errno != 0 || *end != '\0' || value < 0) {
+    fail<InvalidArgumentError>("init_process_group",
+                               std::string("DDP_CPP_TRACE_BUFFER must be a number of entries (0 "
+                                           "turns the flight recorder off); got '") +
+                                   env_value + "'");
+  }
+  return static_cast<size_t>(value);
+}
+
+std::string resolve_trace_dir(const std::string& option, const char* env_value) {
+  if (!option.empty()) return option;
+  return env_value != nullptr ? std::string(env_value) : std::string();
+}
+
+}  // namespace ddp::detail
