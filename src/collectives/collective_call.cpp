@@ -18,18 +18,19 @@ CollectiveCall::CollectiveCall(std::string operation, Collective collective,
     fail("this rank is not a member of group '" + group_->name + "' (ranks " +
          join_ints(group_->global_ranks) + "); only members may call its collectives");
   }
-  if (!group_->recorder) return;
+  FlightRecorder* recorder = group_->recorder.get();
+  if (!recorder) return;
   // DDP's step check exchanges nothing where the group does not verify: no entry for it.
-  if (!group_->verify_collectives &&
+  if (collective_ == Collective::kAllGather && !group_->verify_collectives &&
       (operation_ == kDdpForwardStep || operation_ == kDdpBackwardStep)) {
     return;
   }
   TraceSlot* enclosing = ActiveTraceScope::current();
-  if (enclosing && enclosing->recorder == group_->recorder && !enclosing->handed_to_work) {
+  if (enclosing && enclosing->recorder == recorder && !enclosing->handed_to_work) {
     trace_ = enclosing;  // the same collective, its backend being chosen
     return;
   }
-  own_trace_.recorder = group_->recorder;
+  own_trace_.recorder = recorder;
   own_trace_.sequence = own_trace_.recorder->open(operation_, TraceLabel::current());
   trace_ = &own_trace_;
   uncaught_at_start_ = std::uncaught_exceptions();

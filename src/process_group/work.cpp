@@ -47,6 +47,7 @@ WorkState::WorkState(c10::intrusive_ptr<c10d::Work> work, std::string operation,
   if (TraceSlot* collective = ActiveTraceScope::current(); collective && *collective) {
     collective->handed_to_work = true;
     trace = *collective;
+    trace_recorder = collective->recorder->shared_from_this();
     trace.recorder->mark_started(trace);  // where the launch did not say so itself
   }
 }

@@ -45,6 +45,7 @@ struct WorkState {
   /// Set by the collective that made it: wait_for_backend_work's poll_limit.
   std::chrono::milliseconds poll_limit{0};
   TraceSlot trace;  // the collective's flight-recorder entry; empty for a chained state
+  std::shared_ptr<FlightRecorder> trace_recorder;  // keeps trace.recorder alive
 
  private:
   std::shared_ptr<WorkState> parent;  // set for a chained state

@@ -49,7 +49,9 @@ struct TraceEntry {
   char backend[16] = {};             // "shm", "gloo", "hierarchical", "nccl"; "" before chosen
   const char* call = nullptr;        // TraceLabel's text; null: the user called it directly
   TraceTensor tensor;
-  int64_t queued_us = 0;  // microseconds since the epoch (system clock: comparable across ranks)
+  // Microseconds since the epoch (system clock: comparable across ranks) as entries() returns
+  // them; 0: not yet. Inside the ring: the recorder's clock ticks (flight_recorder.cpp).
+  int64_t queued_us = 0;
   int64_t started_us = 0;
   int64_t finished_us = 0;
   TraceState state = TraceState::kQueued;
@@ -61,7 +63,8 @@ struct TraceEntry {
 /// with the next mark, so that the issuing thread takes the recorder's lock only to open, start
 /// and end it.
 struct TraceSlot {
-  std::shared_ptr<class FlightRecorder> recorder;
+  // Not owning: the group (a collective's) or the WorkState's own reference keeps it alive.
+  class FlightRecorder* recorder = nullptr;
   uint64_t sequence = 0;
   bool handed_to_work = false;  // a WorkState took it: its wait marks the end
   bool started = false;
@@ -90,7 +93,7 @@ class ActiveTraceScope {
   TraceSlot* previous_;
 };
 
-class FlightRecorder {
+class FlightRecorder : public std::enable_shared_from_this<FlightRecorder> {
  public:
   /// REQUIRES: capacity > 0 (a group whose recorder is off has none).
   FlightRecorder(size_t capacity, std::string group_name, std::vector<int> global_ranks,

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "ddp/errors.h"
@@ -24,7 +25,7 @@ using ddp::detail::TraceState;
 // A slot for entry `sequence` of `recorder`, as a collective holds it.
 ddp::detail::TraceSlot slot_of(const std::shared_ptr<FlightRecorder>& recorder, uint64_t sequence) {
   ddp::detail::TraceSlot slot;
-  slot.recorder = recorder;
+  slot.recorder = recorder.get();
   slot.sequence = sequence;
   return slot;
 }
@@ -45,7 +46,14 @@ TEST(FlightRecorderUnit, TheRingKeepsTheLastEntriesInOrderAfterItWraps) {
   EXPECT_EQ(entries[0].state, TraceState::kQueued);
   EXPECT_EQ(entries[1].state, TraceState::kCompleted);
   EXPECT_EQ(entries[2].state, TraceState::kStarted);
-  EXPECT_GT(entries[2].started_us, 0);
+  // Times come out as microseconds since the epoch, whatever clock the ring keeps them in.
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  EXPECT_NEAR(static_cast<double>(entries[2].started_us), static_cast<double>(now_us), 2e6);
+  EXPECT_LE(entries[2].queued_us, entries[2].started_us);
+  EXPECT_LE(entries[1].queued_us, entries[1].finished_us);
+  EXPECT_EQ(entries[2].finished_us, 0);
   EXPECT_EQ(recorder->failure_of(2), TraceFailure::kNone);
   // Seven more: the ring holds 10, 11, 12.
   for (int i = 0; i < 7; ++i) recorder->open("barrier", nullptr);
