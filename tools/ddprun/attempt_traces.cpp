@@ -56,14 +56,16 @@ std::string AttemptTraces::Begin(int restart_count, std::string* error) {
   current_.clear();
   if (root_.empty()) {
     std::string parent = log_dir_;
+    std::string prefix;  // torchrun's <run-id>_XXXXXX in --log-dir; named for ddprun elsewhere
     if (parent.empty()) {
       const char* tmp = std::getenv("TMPDIR");
       parent = tmp && *tmp ? tmp : "/tmp";
+      prefix = "ddprun_";
     } else if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
       *error = "cannot make --log-dir " + parent + ": " + std::strerror(errno);
       return "";
     }
-    std::string pattern = parent + "/" + run_id_ + "_XXXXXX";
+    std::string pattern = parent + "/" + prefix + run_id_ + "_XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) {
       *error = "cannot make a folder for flight records in " + parent + ": " + std::strerror(errno);
       return "";

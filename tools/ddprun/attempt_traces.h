@@ -3,7 +3,8 @@
 //
 // Unless ddprun's own environment sets DDP_CPP_TRACE_DIR (then the workers keep the user's folder,
 // and ddprun only diagnoses what is in it when an attempt fails), each attempt gets a fresh folder,
-// ROOT/attempt_N, ROOT being a new <run-id>_XXXXXX under --log-dir, or under TMPDIR (or /tmp).
+// ROOT/attempt_N, ROOT being a new <run-id>_XXXXXX under --log-dir (torchrun's layout), or a new
+// ddprun_<run-id>_XXXXXX under TMPDIR (or /tmp).
 // A rank writes its record there when it raises a timeout, lost-peer or mismatch error (or gets
 // SIGUSR1). When the attempt succeeds the folder is removed (and ROOT once empty); when it fails
 // it is kept, named, and its records are diagnosed (trace_analysis.h), unless no rank wrote one

@@ -34,10 +34,10 @@ options:
   --stop-grace SECS        seconds between SIGTERM and SIGKILL when stopping workers (default 5)
   --no-python              accepted for torchrun compatibility; ddprun always runs PROGRAM itself
   --log-dir DIR            where each attempt's flight records go: DIR/<run-id>_XXXXXX/attempt_N
-                           (default: the same under TMPDIR, or /tmp). Exported to the workers as
-                           DDP_CPP_TRACE_DIR unless that is already set. When an attempt fails
-                           its folder is kept, named, and its ranks' records are diagnosed (as
-                           --analyze-trace does); when it succeeds the folder is removed
+                           (default: TMPDIR or /tmp, ddprun_<run-id>_XXXXXX/attempt_N), exported
+                           to the workers as DDP_CPP_TRACE_DIR unless that is already set. When
+                           an attempt fails its folder is kept, named, and its ranks' records
+                           are diagnosed (as --analyze-trace does); when it succeeds, removed
   --analyze-trace DIR      runs nothing: reads the flight records that ranks left in DIR
                            (rank<R>.json, see DDP_CPP_TRACE_DIR), prints a diagnosis (per rank
                            and group the last completed collective and the current one, the first
