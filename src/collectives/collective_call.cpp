@@ -56,6 +56,7 @@ void CollectiveCall::mark_started() {
 void CollectiveCall::record_tensor(const at::Tensor& tensor) const {
   if (!trace_ || tensor_recorded_ || !tensor.defined()) return;
   tensor_recorded_ = true;
+  trace_->changed = true;
   TraceTensor& described = trace_->tensor;
   described.dtype = static_cast<int8_t>(tensor.scalar_type());
   described.numel = tensor.numel();
@@ -207,6 +208,7 @@ void CollectiveCall::verify_matching_fingerprint(c10::ScalarType dtype, int64_t 
   if (trace_ && !tensor_recorded_) {  // DDP's step: what it is about to reduce or broadcast
     tensor_recorded_ = true;
     if (dtype != c10::ScalarType::Undefined) {
+      trace_->changed = true;
       trace_->tensor.dtype = static_cast<int8_t>(dtype);
       trace_->tensor.numel = elements;
       trace_->tensor.dims = 1;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 
 #include "common/error_context.h"
@@ -164,14 +165,22 @@ uint64_t FlightRecorder::open(const std::string& operation, const char* call) {
 TraceEntry* FlightRecorder::find_described(const TraceSlot& slot) {
   TraceEntry& entry = ring_[slot.sequence % ring_.size()];
   if (entry.sequence != slot.sequence) return nullptr;
-  if (slot.tensor.dtype >= 0) entry.tensor = slot.tensor;
-  if (slot.backend[0] != '\0') std::memcpy(entry.backend, slot.backend, sizeof entry.backend);
+  if (slot.changed) {
+    if (slot.tensor.dtype >= 0) {
+      entry.dtype = slot.tensor.dtype;
+      entry.dims = slot.tensor.dims;
+      entry.numel = slot.tensor.numel;
+      std::memcpy(entry.sizes, slot.tensor.sizes, sizeof entry.sizes);
+    }
+    entry.backend = slot.backend;
+  }
   return &entry;
 }
 
-void FlightRecorder::describe(const TraceSlot& slot) {
+void FlightRecorder::describe(TraceSlot& slot) {
   std::lock_guard<std::mutex> lock(mutex_);
   find_described(slot);
+  slot.changed = false;
 }
 
 void FlightRecorder::mark_started(TraceSlot& slot) {
@@ -180,6 +189,7 @@ void FlightRecorder::mark_started(TraceSlot& slot) {
   const int64_t started = now_ticks();
   std::lock_guard<std::mutex> lock(mutex_);
   TraceEntry* entry = find_described(slot);
+  slot.changed = false;
   if (entry && entry->state == TraceState::kQueued) {
     entry->state = TraceState::kStarted;
     entry->started_us = started;
@@ -236,7 +246,22 @@ std::vector<TraceEntry> FlightRecorder::entries() const {
   return held;
 }
 
-void name_backend(TraceSlot& slot, const std::string& backend) { copy_name(slot.backend, backend); }
+void name_backend(TraceSlot& slot, const std::string& backend) {
+  // The backends' names, then any other (a backend added later) kept for the process.
+  for (const char* known : {"shm", "gloo", "hierarchical", "nccl"}) {
+    if (backend == known) {
+      slot.backend = known;
+      slot.changed = true;
+      return;
+    }
+  }
+  static std::mutex mutex;
+  static std::deque<std::string> others;  // never shrinks: entries point into it
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = std::find(others.begin(), others.end(), backend);
+  slot.backend = (found != others.end() ? *found : others.emplace_back(backend)).c_str();
+  slot.changed = true;
+}
 
 TraceLabel::TraceLabel(const char* call) : previous_(tls_label) { tls_label = call; }
 

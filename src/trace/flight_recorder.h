@@ -33,30 +33,35 @@ enum class TraceFailure : uint8_t { kNone, kTimeout, kPeerLost, kMismatch, kOthe
 const char* to_string(TraceState state);
 const char* to_string(TraceFailure failure);
 
-/// The dtype and sizes of a collective's tensor, as the recorder keeps them (by value, fixed size).
+/// The dtype and sizes of a collective's tensor, as a call learns them.
 struct TraceTensor {
-  static constexpr int kMaxDims = 6;  // deeper shapes keep their element count and first dims
+  static constexpr int kMaxDims = 4;  // deeper shapes keep their element count and first dims
   int8_t dtype = -1;                  // c10::ScalarType, -1: no tensor (barrier)
   int8_t dims = 0;
   int64_t numel = 0;
   int64_t sizes[kMaxDims] = {};
 };
 
-struct TraceEntry {
-  static constexpr int kNameLength = 40;
-  uint64_t sequence = 0;             // 1-based, in the group; 0: an empty slot
-  char operation[kNameLength] = {};  // "all_reduce", "broadcast", "DistributedDataParallel forward"
-  char backend[16] = {};             // "shm", "gloo", "hierarchical", "nccl"; "" before chosen
-  const char* call = nullptr;        // TraceLabel's text; null: the user called it directly
-  TraceTensor tensor;
+/// One collective in the ring: two cache lines, so that recording touches as few as it can.
+struct alignas(64) TraceEntry {
+  static constexpr int kNameLength = 36;
+  uint64_t sequence = 0;  // 1-based, in the group; 0: an empty slot
   // Microseconds since the epoch (system clock: comparable across ranks) as entries() returns
   // them; 0: not yet. Inside the ring: the recorder's clock ticks (flight_recorder.cpp).
   int64_t queued_us = 0;
   int64_t started_us = 0;
   int64_t finished_us = 0;
+  const char* call = nullptr;  // TraceLabel's text; null: the user called it directly
+  const char* backend = "";    // "shm", "gloo", "hierarchical", "nccl"; "" before chosen
+  int64_t numel = 0;           // the tensor's (the first the call staged)
+  int64_t sizes[TraceTensor::kMaxDims] = {};
+  char operation[kNameLength] = {};  // "all_reduce", "broadcast", "DistributedDataParallel forward"
+  int8_t dtype = -1;                 // c10::ScalarType, -1: none
+  int8_t dims = 0;
   TraceState state = TraceState::kQueued;
   TraceFailure failure = TraceFailure::kNone;
 };
+static_assert(sizeof(TraceEntry) == 128, "a flight-recorder entry is two cache lines");
 
 /// Which entry a call or a Work is recording into (empty when the recorder is off), with what
 /// the call learnt about it since it was opened: its tensor and backend, written into the entry
@@ -68,12 +73,13 @@ struct TraceSlot {
   uint64_t sequence = 0;
   bool handed_to_work = false;  // a WorkState took it: its wait marks the end
   bool started = false;
+  bool changed = false;  // tensor or backend learnt since they were last written to the entry
   TraceTensor tensor;
-  char backend[16] = {};
+  const char* backend = "";
   explicit operator bool() const { return recorder != nullptr; }
 };
 
-/// Sets the slot's backend name (cut to fit).
+/// Sets the slot's backend name: a string that lives as long as the process, found once per name.
 void name_backend(TraceSlot& slot, const std::string& backend);
 
 /// Makes `slot` the entry that this thread is making or waiting for, for a scope: a WorkState made
@@ -104,8 +110,8 @@ class FlightRecorder : public std::enable_shared_from_this<FlightRecorder> {
   /// Opens the next entry (queued now) and returns its sequence number. `call`: a string that
   /// lives as long as the process (TraceLabel's), or null.
   uint64_t open(const std::string& operation, const char* call);
-  /// Writes the slot's tensor and backend into its entry.
-  void describe(const TraceSlot& slot);
+  /// Writes the slot's tensor and backend into its entry (where they changed).
+  void describe(TraceSlot& slot);
   /// The same, and marks it started (once: a later call does nothing).
   void mark_started(TraceSlot& slot);
   /// The same, and marks it completed (unless it failed).

@@ -121,11 +121,10 @@ void append_entry(std::string& out, const TraceEntry& entry) {
   out += ",\"backend\":";
   append_escaped(out, entry.backend);
   out += ",\"dtype\":";
-  append_escaped(out, entry.tensor.dtype < 0
-                          ? ""
-                          : c10::toString(static_cast<c10::ScalarType>(entry.tensor.dtype)));
-  out += ",\"numel\":" + std::to_string(entry.tensor.numel) + ",\"shape\":";
-  append_ints(out, entry.tensor.sizes, entry.tensor.dims);
+  append_escaped(out,
+                 entry.dtype < 0 ? "" : c10::toString(static_cast<c10::ScalarType>(entry.dtype)));
+  out += ",\"numel\":" + std::to_string(entry.numel) + ",\"shape\":";
+  append_ints(out, entry.sizes, entry.dims);
   out += ",\"state\":";
   append_escaped(out, to_string(entry.state));
   if (entry.failure != TraceFailure::kNone) {

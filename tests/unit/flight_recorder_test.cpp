@@ -88,7 +88,8 @@ TEST(FlightRecorderUnit, TheInnermostLabelNamesTheCallAndLongNamesAreCut) {
   EXPECT_STREQ(entries[0].call, "DistributedDataParallel gradient bucket");
   EXPECT_STREQ(entries[1].call, "save_checkpoint");
   EXPECT_EQ(entries[2].call, nullptr);
-  EXPECT_EQ(std::string(entries[2].operation), std::string(39, 'x'));
+  EXPECT_EQ(std::string(entries[2].operation),
+            std::string(ddp::detail::TraceEntry::kNameLength - 1, 'x'));
 }
 
 TEST(FlightRecorderUnit, AnOptionGivenWinsOverTheEnvironmentWhichWinsOverTheDefault) {
