@@ -10,6 +10,7 @@
 #include <torch/arg.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,17 @@ struct InitOptions {
   /// step). Skipped where the user tunes malloc (GLIBC_TUNABLES with glibc.malloc entries, or a
   /// MALLOC_* variable) and on other C libraries. Default: true.
   TORCH_ARG(bool, tune_allocator) = true;
+  /// The flight recorder: every group keeps its last `trace_buffer` collectives (sequence number,
+  /// operation, dtype, sizes, backend, the call that issued it, when it was queued, started and
+  /// finished, its state), written to trace_dir when this rank raises a TimeoutError,
+  /// PeerLostError or MismatchError, or receives SIGUSR1. 0 turns it off. -1 takes the environment
+  /// variable DDP_CPP_TRACE_BUFFER where set, else 2000: a value given here wins over the
+  /// environment, as rank() wins over RANK. Default: -1 (2000).
+  TORCH_ARG(int64_t, trace_buffer) = -1;
+  /// The folder where this rank writes its flight record, as rank<R>.json (a temporary file, then
+  /// renamed). "" takes DDP_CPP_TRACE_DIR where set (ddprun sets it for each attempt); without
+  /// either, nothing is written. A folder given here wins over the environment. Default: "".
+  TORCH_ARG(std::string, trace_dir) = "";
 };
 
 /// Creates the default group. Collective: every rank of the job must call it. It also ignores

@@ -28,6 +28,7 @@
 #include "ddp/errors.h"
 #include "ddp/init.h"
 #include "ddp/zero_redundancy_optimizer.h"
+#include "trace/flight_recorder.h"
 
 namespace ddp {
 namespace {
@@ -227,6 +228,7 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
     }
   }
   if (collective) {
+    detail::TraceLabel label("save_checkpoint");
     // Rank 0 tells the others whether it wrote the file (and why not, and whether the caller's
     // path or arguments were at fault), so that they never wait for a file that will not come.
     auto header = at::tensor(

@@ -7,6 +7,7 @@
 
 #include "common/error_context.h"
 #include "process_group/work_state.h"
+#include "trace/flight_recorder.h"
 
 namespace ddp::detail {
 
@@ -17,6 +18,56 @@ CollectiveCall::CollectiveCall(std::string operation, Collective collective,
     fail("this rank is not a member of group '" + group_->name + "' (ranks " +
          join_ints(group_->global_ranks) + "); only members may call its collectives");
   }
+  FlightRecorder* recorder = group_->recorder.get();
+  if (!recorder) return;
+  // DDP's step check exchanges nothing where the group does not verify: no entry for it.
+  if (collective_ == Collective::kAllGather && !group_->verify_collectives &&
+      (operation_ == kDdpForwardStep || operation_ == kDdpBackwardStep)) {
+    return;
+  }
+  TraceSlot* enclosing = ActiveTraceScope::current();
+  if (enclosing && enclosing->recorder == recorder && !enclosing->handed_to_work) {
+    trace_ = enclosing;  // the same collective, its backend being chosen
+    return;
+  }
+  own_trace_.recorder = recorder;
+  own_trace_.sequence = own_trace_.recorder->open(operation_, TraceLabel::current());
+  trace_ = &own_trace_;
+  uncaught_at_start_ = std::uncaught_exceptions();
+  active_.emplace(&own_trace_);
+}
+
+CollectiveCall::~CollectiveCall() {
+  if (trace_ != &own_trace_) return;
+  active_.reset();
+  if (std::uncaught_exceptions() > uncaught_at_start_) {
+    // Its kind is known where a TimeoutError, PeerLostError or MismatchError was raised
+    // (note_failure); any other leaves it "other".
+    own_trace_.recorder->mark_failed(own_trace_, TraceFailure::kOther);
+  } else if (!own_trace_.handed_to_work) {
+    own_trace_.recorder->mark_completed(own_trace_);
+  }
+}
+
+void CollectiveCall::mark_started() {
+  if (trace_) trace_->recorder->mark_started(*trace_);
+}
+
+void CollectiveCall::record_tensor(const at::Tensor& tensor) const {
+  if (!trace_ || tensor_recorded_ || !tensor.defined()) return;
+  tensor_recorded_ = true;
+  trace_->changed = true;
+  TraceTensor& described = trace_->tensor;
+  described.dtype = static_cast<int8_t>(tensor.scalar_type());
+  described.numel = tensor.numel();
+  described.dims = static_cast<int8_t>(std::min<int64_t>(tensor.dim(), TraceTensor::kMaxDims));
+  for (int i = 0; i < described.dims; ++i) described.sizes[i] = tensor.size(i);
+}
+
+void CollectiveCall::record_backend(const Backend& backend) const {
+  if (!trace_ || backend_recorded_) return;
+  backend_recorded_ = true;
+  name_backend(*trace_, backend.name());
 }
 
 int CollectiveCall::group_rank_of(int rank, const char* what) const {
@@ -31,6 +82,7 @@ int CollectiveCall::group_rank_of(int rank, const char* what) const {
 
 at::Tensor CollectiveCall::stage(const at::Tensor& tensor, const char* what) const {
   if (!tensor.defined()) fail(std::string(what) + " is an undefined tensor");
+  record_tensor(tensor);
   if (tensor.layout() != c10::kStrided) {
     fail(std::string(what) + " has layout " + c10::str(tensor.layout()) +
          "; only dense tensors are supported (call .to_dense())");
@@ -58,6 +110,8 @@ std::chrono::milliseconds CollectiveCall::completion_poll_limit() const {
 Backend& CollectiveCall::backend_for(Collective collective, const at::Tensor& staged) const {
   if (Backend* chosen = group_->backend_for(collective, staged)) {
     completes_on_device_ = completes_on_device_ || chosen->completes_on_device();
+    record_tensor(staged);
+    record_backend(*chosen);
     return *chosen;
   }
   std::string names;
@@ -151,7 +205,19 @@ void CollectiveCall::verify_matching_call(const at::Tensor& tensor, int root, in
 
 void CollectiveCall::verify_matching_fingerprint(c10::ScalarType dtype, int64_t elements,
                                                  int root, int reduce_op) {
+  if (trace_ && !tensor_recorded_) {  // DDP's step: what it is about to reduce or broadcast
+    tensor_recorded_ = true;
+    if (dtype != c10::ScalarType::Undefined) {
+      trace_->changed = true;
+      trace_->tensor.dtype = static_cast<int8_t>(dtype);
+      trace_->tensor.numel = elements;
+      trace_->tensor.dims = 1;
+      trace_->tensor.sizes[0] = elements;
+    }
+  }
   if (!group_->verify_collectives || group_->size() == 1) return;
+  // A rank that waits here for the others has its entry described in a dump (SIGUSR1).
+  if (trace_) trace_->recorder->describe(*trace_);
   constexpr int kFields = 5;
   auto mine = at::empty({kFields}, at::kLong);
   auto* print = mine.data_ptr<int64_t>();

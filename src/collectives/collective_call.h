@@ -6,17 +6,27 @@
 // buffer is what goes to the backend, the group's first that takes the collective on it;
 // unstage() copies it back into the caller's tensor. One call per collective, on the issuing
 // thread; not shared between threads.
+//
+// It is also where the flight recorder (trace/flight_recorder.h) sees every collective: the call
+// opens the group's next entry when it is made, records the first tensor it stages and the backend
+// it picks, marks the entry started when the collective is handed to the backend (mark_started, or
+// a Work made in its scope), and failed when an error leaves it; a call that ends cleanly without
+// handing its entry to a Work marks it completed. A second call for the same group made while the
+// first is being prepared on the same thread (a flat collective choosing its backend) shares the
+// first's entry: one collective, one sequence number.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/error_context.h"
 #include "ddp/process_group.h"
 #include "process_group/backend.h"
 #include "process_group/group_state.h"
+#include "trace/flight_recorder.h"
 
 namespace ddp::detail {
 
@@ -30,6 +40,12 @@ extern const char* const kUnevenInputsAdvice;
 class CollectiveCall {
  public:
   CollectiveCall(std::string operation, Collective collective, const ProcessGroup& group);
+  ~CollectiveCall();
+  CollectiveCall(const CollectiveCall&) = delete;
+  CollectiveCall& operator=(const CollectiveCall&) = delete;
+
+  /// Marks the flight-recorder entry started: the collective is being handed to the backend.
+  void mark_started();
 
   const std::string& operation() const { return operation_; }
   Collective collective() const { return collective_; }
@@ -74,10 +90,21 @@ class CollectiveCall {
  private:
   Backend& backend_for(Collective collective, const at::Tensor& staged) const;
 
+  void record_tensor(const at::Tensor& tensor) const;
+  void record_backend(const Backend& backend) const;
+
   std::string operation_;
   mutable bool completes_on_device_ = false;  // set by backend_for
   Collective collective_;
   std::shared_ptr<GroupState> group_;
+  // The flight recorder's entry: own_trace_ where this call opened it (and ends it), else an
+  // enclosing call's; null when the group records nothing.
+  mutable TraceSlot own_trace_;
+  TraceSlot* trace_ = nullptr;
+  mutable bool tensor_recorded_ = false;
+  mutable bool backend_recorded_ = false;
+  int uncaught_at_start_ = 0;
+  std::optional<ActiveTraceScope> active_;
 };
 
 }  // namespace ddp::detail

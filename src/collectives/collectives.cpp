@@ -29,6 +29,7 @@ uint64_t bytes_of(const std::vector<at::Tensor>& tensors) {
 template <typename Body>
 c10::intrusive_ptr<c10d::Work> launch(CollectiveCall& call, uint64_t payload, Body&& body) {
   try {
+    call.mark_started();
     auto work = body();
     call.group().traffic.add(call.collective(), payload);
     return work;

@@ -2,6 +2,7 @@
 
 #include "common/peer_directory.h"
 #include "process_group/process_state.h"
+#include "trace/trace_dump.h"
 
 namespace ddp::detail {
 namespace {
@@ -45,8 +46,8 @@ std::string user_call(const std::string& operation) {
 
 void fail_peer_lost(const std::string& operation, const std::string& cause, int lost_rank,
                     const std::string& lost_host) {
-  throw PeerLostError(context(operation) + ": " + cause, reporting_rank(), user_call(operation),
-                      lost_rank, lost_host);
+  raise_error(PeerLostError(context(operation) + ": " + cause, reporting_rank(),
+                            user_call(operation), lost_rank, lost_host));
 }
 
 namespace {
@@ -54,7 +55,10 @@ namespace {
 // The same error, of the same type, reported for `call`: a backend names its own step (the
 // fingerprint's all_gather), the user wants the call they made (all_reduce).
 [[noreturn]] void rethrow_for_call(const std::string& call, const DistributedError& error) {
-  if (error.operation() == call || call.empty()) throw;
+  if (error.operation() == call || call.empty()) {
+    note_failure(error);
+    throw;
+  }
   std::string message = error.what();
   const std::string step = "] ddp::" + error.operation();
   if (const auto at = message.find(step); at != std::string::npos) {
@@ -69,16 +73,18 @@ void throw_like(const DistributedError& error, const std::string& message,
                 const std::string& call) {
   const int rank = error.rank();
   if (const auto* lost = dynamic_cast<const PeerLostError*>(&error)) {
-    throw PeerLostError(message, rank, call, lost->lost_rank(), lost->lost_host());
+    raise_error(PeerLostError(message, rank, call, lost->lost_rank(), lost->lost_host()));
   }
-  if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(message, rank, call);
-  if (dynamic_cast<const UnevenInputsError*>(&error)) throw UnevenInputsError(message, rank, call);
-  if (dynamic_cast<const MismatchError*>(&error)) throw MismatchError(message, rank, call);
-  if (dynamic_cast<const StoreError*>(&error)) throw StoreError(message, rank, call);
+  if (dynamic_cast<const TimeoutError*>(&error)) raise_error(TimeoutError(message, rank, call));
+  if (dynamic_cast<const UnevenInputsError*>(&error)) {
+    raise_error(UnevenInputsError(message, rank, call));
+  }
+  if (dynamic_cast<const MismatchError*>(&error)) raise_error(MismatchError(message, rank, call));
+  if (dynamic_cast<const StoreError*>(&error)) raise_error(StoreError(message, rank, call));
   if (dynamic_cast<const InvalidArgumentError*>(&error)) {
-    throw InvalidArgumentError(message, rank, call);
+    raise_error(InvalidArgumentError(message, rank, call));
   }
-  throw DistributedError(message, rank, call);
+  raise_error(DistributedError(message, rank, call));
 }
 
 void rethrow_backend_failure(const std::string& operation, const std::exception& error) {
@@ -100,45 +106,46 @@ void rethrow_backend_failure(const std::string& operation, const std::exception&
       if (auto gone = peer_known_to_have_exited(std::chrono::milliseconds(500))) peer = gone;
     }
     if (peer) {
-      throw PeerLostError(context(operation) + " failed: " + peer->describe() +
-                              " closed its connection to this rank: it exited or crashed during "
-                              "the collective; its own output says why. (gloo: " +
-                              what + ")",
-                          rank, call, peer->rank, peer->host);
+      raise_error(
+          PeerLostError(context(operation) + " failed: " + peer->describe() +
+                            " closed its connection to this rank: it exited or crashed during "
+                            "the collective; its own output says why. (gloo: " +
+                            what + ")",
+                        rank, call, peer->rank, peer->host));
     }
-    throw PeerLostError(message +
-                            " A peer process closed its connection: it probably exited or "
-                            "crashed during the collective. Look at the other ranks' output for "
-                            "the first error.",
-                        rank, call, -1, peer_address(what));
+    raise_error(PeerLostError(
+        message + " A peer process closed its connection: it probably exited or "
+                  "crashed during the collective. Look at the other ranks' output for "
+                  "the first error.",
+        rank, call, -1, peer_address(what)));
   }
   if (contains(what, "Invalid scalar type")) {
-    throw InvalidArgumentError(
+    raise_error(InvalidArgumentError(
         message +
             " Gloo reduces and moves float, double, half, int8, uint8, int32 and int64 tensors "
             "(complex ones as pairs of reals); convert the tensor to one of these dtypes.",
-        rank, call);
+        rank, call));
   }
   if (contains(what, "Duplicate GPU")) {
-    throw InvalidArgumentError(
+    raise_error(InvalidArgumentError(
         message +
             " Two ranks of this NCCL group use the same GPU, and NCCL needs one GPU per rank: "
             "give each rank its own device (ddp::set_device() before init_process_group, with at "
             "most one rank per GPU), or let ranks share a GPU through backend(\"gloo\").",
-        rank, call);
+        rank, call));
   }
   if (reports_a_timeout(what)) {
     const std::string stopped = describe_stopped(known_peers());
-    if (!stopped.empty()) throw TimeoutError(message + " " + stopped, rank, call);
-    throw TimeoutError(
+    if (!stopped.empty()) raise_error(TimeoutError(message + " " + stopped, rank, call));
+    raise_error(TimeoutError(
         message +
             (peer ? " The peer that did not answer: " + peer->describe() + "." : std::string()) +
             " A peer did not take part within the group timeout "
             "(InitOptions().timeout): it may be stuck, much slower, or calling a "
             "different collective.",
-        rank, call);
+        rank, call));
   }
-  throw DistributedError(message, rank, call);
+  raise_error(DistributedError(message, rank, call));
 }
 
 std::string join_ints(const std::vector<int>& values) {

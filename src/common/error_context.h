@@ -24,10 +24,21 @@ int reporting_rank();
 /// "all_reduce between hosts" -> "all_reduce".
 std::string user_call(const std::string& operation);
 
+/// Tells the flight recorder (trace/trace_dump.h) about an error about to be thrown: a
+/// TimeoutError, PeerLostError or MismatchError makes this rank write its record. Every throw of
+/// these helpers goes through raise_error().
+void note_failure(const DistributedError& error);
+
+template <typename Error>
+[[noreturn]] void raise_error(const Error& error) {
+  note_failure(error);
+  throw error;
+}
+
 /// Throws Error (DistributedError or a subclass) with the message, rank and operation filled in.
 template <typename Error = DistributedError>
 [[noreturn]] void fail(const std::string& operation, const std::string& cause) {
-  throw Error(context(operation) + ": " + cause, reporting_rank(), user_call(operation));
+  raise_error(Error(context(operation) + ": " + cause, reporting_rank(), user_call(operation)));
 }
 
 /// A PeerLostError naming the lost peer: its global rank (-1 if unknown) and host ("" if unknown).

@@ -11,6 +11,7 @@
 #include "ddp/mixed_precision_params.h"
 #include "ddp/model_verification.h"
 #include "reducer/reducer.h"
+#include "trace/flight_recorder.h"
 
 namespace ddp::detail {
 namespace {
@@ -80,7 +81,10 @@ DDPCore::DDPCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
   verify_model_across_ranks(parameters, buffers, group);
   std::vector<at::Tensor> state = parameters.tensors;
   state.insert(state.end(), buffers.tensors.begin(), buffers.tensors.end());
-  if (group.size() > 1) broadcast_coalesced(state, group, group.ranks()[0]);
+  if (group.size() > 1) {
+    TraceLabel label("DistributedDataParallel construction (rank 0's state)");
+    broadcast_coalesced(state, group, group.ranks()[0]);
+  }
 
   ReducerOptions reducer_options;
   reducer_options.bucket_cap_bytes = megabytes_to_bytes(options_.bucket_cap_mb(), "bucket_cap_mb");
@@ -150,6 +154,7 @@ void DDPCore::check_device_options(const c10::Device& module_device) {
 void DDPCore::broadcast_buffers(int src) {
   NamedTensors buffers = module_buffers(*module_);  // re-read: a module may replace its buffers
   if (buffers.tensors.empty()) return;
+  TraceLabel label("DistributedDataParallel buffer broadcast (forward)");
   int64_t elements = 0;
   for (const auto& buffer : buffers.tensors) elements += buffer.numel();
   verify_ddp_step(kDdpForwardStep, buffers.tensors.front().scalar_type(), elements,
@@ -164,6 +169,7 @@ DDPCore::JoinStep DDPCore::exchange_join_step(bool training, bool broadcasting, 
   mine[0] = broadcasting ? 1 : 0;
   mine[1] = reducing ? 1 : 0;
   if (training) mine[2 + group.rank()] = 1;
+  TraceLabel label("ddp::Join round (DistributedDataParallel)");
   const auto sums = sum_counts(mine, group, device_);
   JoinStep step;
   step.broadcasting = static_cast<int>(sums[0]);

@@ -18,6 +18,7 @@
 #include "rendezvous/rendezvous_spec.h"
 #include "rendezvous/store_barrier.h"
 #include "rendezvous/store_factory.h"
+#include "trace/trace_dump.h"
 
 namespace ddp {
 namespace {
@@ -76,6 +77,16 @@ void init_process_group(const InitOptions& options) {
       detail::normalize_backend_name(options.backend(), "init_process_group");
   auto spec = rendezvous::parse_rendezvous(options.init_method(), options.rank(),
                                            options.world_size(), rendezvous::process_environment());
+  // The flight recorder's settings: an option given wins over the environment, as for the rank.
+  const auto env = rendezvous::process_environment();
+  const auto buffer_env = env("DDP_CPP_TRACE_BUFFER");
+  const auto dir_env = env("DDP_CPP_TRACE_DIR");
+  detail::TraceSettings trace;
+  trace.buffer = detail::resolve_trace_buffer(options.trace_buffer(),
+                                              buffer_env ? buffer_env->c_str() : nullptr);
+  trace.dir = detail::resolve_trace_dir(options.trace_dir(), dir_env ? dir_env->c_str() : nullptr);
+  trace.rank = spec.rank;
+  trace.world_size = spec.world_size;
   auto state = std::make_unique<detail::ProcessState>();
   state->backends = backend_choice_of(backend, spec);
   ignore_sigpipe_unless_handled();
@@ -96,6 +107,7 @@ void init_process_group(const InitOptions& options) {
     throw;
   }
 
+  detail::start_flight_recording(trace);
   auto world = std::make_shared<detail::GroupState>();
   world->global_rank = spec.rank;
   world->group_rank = spec.rank;
@@ -104,6 +116,7 @@ void init_process_group(const InitOptions& options) {
   for (int rank = 0; rank < spec.world_size; ++rank) world->global_ranks.push_back(rank);
   world->name = "0";
   world->store = compat::group_store(store, world->name);
+  world->recorder = detail::make_flight_recorder(world->name, world->global_ranks, spec.rank);
   try {
     const std::string operation = "init_process_group at " + spec.describe();
     rendezvous::claim_rank(*store, spec.rank, spec.world_size);
@@ -126,6 +139,7 @@ void init_process_group(const InitOptions& options) {
     if (spec.rank == 0) store->set(rendezvous::kJobStartedKey, std::vector<uint8_t>{'1'});
   } catch (...) {
     world->release();
+    detail::stop_flight_recording();
     detail::forget_peer_addresses();
     detail::set_rank_for_messages(-1);
     throw;
@@ -147,7 +161,10 @@ int get_world_size(const ProcessGroup& group) {
 
 std::string get_backend() { return ProcessGroup().state()->backend_name; }
 
-void destroy_process_group() { detail::destroy_process_state(); }
+void destroy_process_group() {
+  detail::destroy_process_state();
+  detail::stop_flight_recording();
+}
 
 ProcessGroup new_group(const std::vector<int>& ranks) {
   ProcessGroup().state();  // fails clearly before init_process_group
@@ -198,6 +215,8 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& backend
   group->store = compat::group_store(parent, group->name);
   std::shared_ptr<detail::Backend> gloo;
   if (group->is_member()) {
+    group->recorder =
+        detail::make_flight_recorder(group->name, group->global_ranks, group->global_rank);
     const std::string operation = "new_group(" + detail::join_ints(sorted) + ")";
     gloo = detail::make_flat_gloo(choice, *group, operation);
     detail::make_group_backends(choice, gloo, *group, operation);

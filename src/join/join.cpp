@@ -10,6 +10,7 @@
 
 #include "collectives/unverified.h"
 #include "common/error_context.h"
+#include "trace/flight_recorder.h"
 
 namespace ddp {
 namespace {
@@ -25,6 +26,7 @@ JoinRound exchange_round(Joinable& first, bool training, bool terminating) {
   std::vector<int64_t> mine(2 * size, 0);
   if (training) mine[group.rank()] = 1;
   if (terminating) mine[size + group.rank()] = 1;
+  detail::TraceLabel label("ddp::Join round");
   const auto sums = detail::sum_counts(mine, group, first.join_device());
   const auto ranks = group.ranks();
   JoinRound round;

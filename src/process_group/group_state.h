@@ -19,6 +19,8 @@
 
 namespace ddp::detail {
 
+class FlightRecorder;
+
 struct GroupState {
   std::string name;               // store prefix, as torch.distributed names groups: "0", "1", ...
   std::vector<int> global_ranks;  // members, in group-rank order
@@ -32,6 +34,7 @@ struct GroupState {
   std::atomic<bool> destroyed{false};
   std::atomic<uint64_t> monitored_barrier_count{0};
   TrafficCounters traffic;  // what this rank handed to the backends, by collective kind
+  std::shared_ptr<FlightRecorder> recorder;  // its last collectives (trace/); null when off
 
   int size() const { return static_cast<int>(global_ranks.size()); }
   bool is_member() const { return group_rank >= 0; }

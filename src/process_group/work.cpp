@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -40,9 +41,23 @@ void wait_for_backend_work(c10d::Work& work, std::chrono::milliseconds poll_limi
   if (auto failure = work.exception()) std::rethrow_exception(failure);
 }
 
+WorkState::WorkState(c10::intrusive_ptr<c10d::Work> work, std::string operation,
+                     std::function<void()> on_success)
+    : work(std::move(work)), operation(std::move(operation)), on_success(std::move(on_success)) {
+  if (TraceSlot* collective = ActiveTraceScope::current(); collective && *collective) {
+    collective->handed_to_work = true;
+    trace = *collective;
+    trace_recorder = collective->recorder->shared_from_this();
+    trace.recorder->mark_started(trace);  // where the launch did not say so itself
+  }
+}
+
 void WorkState::wait() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!finished_) {
+    // A failure raised while waiting is this collective's (note_failure).
+    std::optional<ActiveTraceScope> active;
+    if (trace) active.emplace(&trace);
     try {
       if (parent) {
         parent->wait();
@@ -59,6 +74,13 @@ void WorkState::wait() {
     }
     finished_ = true;
     on_success = nullptr;
+    if (trace) {
+      if (error_) {
+        trace.recorder->mark_failed(trace, TraceFailure::kOther);
+      } else {
+        trace.recorder->mark_completed(trace);
+      }
+    }
   }
   if (error_) std::rethrow_exception(error_);
 }

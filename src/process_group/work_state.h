@@ -4,7 +4,9 @@
 // completion step run once after success (copying a contiguous staging tensor back into a strided
 // one, dividing for AVG, a user's continuation...). Its first wait learns how the work ended, on a
 // device too (NCCL: the GPU finished it, or it failed), so that a failure is raised by the wait
-// that would otherwise use its result. Thread-safety: wait()
+// that would otherwise use its result. A state made while a collective is being recorded
+// (ActiveTraceScope, trace/flight_recorder.h) takes over its flight-recorder entry, which its
+// first wait marks completed or failed. Thread-safety: wait()
 // and is_completed() may race; the completion step runs exactly once, under the mutex.
 #pragma once
 
@@ -16,6 +18,8 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "trace/flight_recorder.h"
+
 namespace ddp::detail {
 
 /// Waits for a backend's work: wait(), then, where `poll_limit` is positive (a backend whose works
@@ -25,8 +29,7 @@ void wait_for_backend_work(c10d::Work& work, std::chrono::milliseconds poll_limi
 
 struct WorkState {
   WorkState(c10::intrusive_ptr<c10d::Work> work, std::string operation,
-            std::function<void()> on_success = nullptr)
-      : work(std::move(work)), operation(std::move(operation)), on_success(std::move(on_success)) {}
+            std::function<void()> on_success = nullptr);
   WorkState(std::shared_ptr<WorkState> parent, std::function<void()> on_success)
       : operation(parent->operation),
         parent(std::move(parent)),
@@ -41,6 +44,8 @@ struct WorkState {
   const std::string operation;
   /// Set by the collective that made it: wait_for_backend_work's poll_limit.
   std::chrono::milliseconds poll_limit{0};
+  TraceSlot trace;  // the collective's flight-recorder entry; empty for a chained state
+  std::shared_ptr<FlightRecorder> trace_recorder;  // keeps trace.recorder alive
 
  private:
   std::shared_ptr<WorkState> parent;  // set for a chained state

@@ -14,6 +14,7 @@
 #include "reducer/bucket_assignment.h"
 #include "reducer/call_after_accumulation.h"
 #include "reducer/low_precision_sum.h"
+#include "trace/flight_recorder.h"
 
 namespace ddp::detail {
 namespace {
@@ -185,6 +186,7 @@ std::vector<size_t> Reducer::agree_on_ready_order() {
   for (size_t i = 0; i < mine.size(); ++i) {
     order[static_cast<int64_t>(i)] = static_cast<int64_t>(mine[i]);
   }
+  TraceLabel label("DistributedDataParallel bucket order (first backward)");
   broadcast_async(order, group_.ranks()[0], group_, /*verify=*/false, Launch::kWaitNow).wait();
   std::vector<size_t> rank0_order;
   for (int64_t i = 0; i < order.numel(); ++i) {
@@ -467,6 +469,7 @@ void Reducer::shadow_backward() {
   }
   any_backward_ = true;
   // Zeros where the others have their gradients, through the same collective each bucket takes.
+  TraceLabel label("ddp::Join shadow of DistributedDataParallel's gradient buckets");
   std::vector<Work> works;
   for (size_t index = 0; index < buckets_.size(); ++index) {
     const Bucket& bucket = buckets_[index];
@@ -510,6 +513,7 @@ Work Reducer::reduce_flat_async(size_t index, const at::Tensor& flat) {
 }
 
 bool Reducer::launch_ready_buckets() {
+  TraceLabel label("DistributedDataParallel gradient bucket");
   if (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) verify_step();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];

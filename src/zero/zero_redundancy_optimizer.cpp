@@ -12,6 +12,7 @@
 #include "collectives/unverified.h"
 #include "common/error_context.h"
 #include "ddp/collectives.h"
+#include "trace/flight_recorder.h"
 #include "zero/zero_shards.h"
 
 namespace ddp {
@@ -189,6 +190,7 @@ void ZeroRedundancyOptimizer::sync_parameters() {
   Shards& s = *shards_;
   if (s.world_size == 1) return;
   torch::NoGradGuard no_grad;
+  detail::TraceLabel label("ZeroRedundancyOptimizer parameter exchange (step)");
   // Per device and dtype, the parameters each rank owns, in the order it owns them.
   std::map<std::tuple<int, int, int>, std::vector<std::vector<at::Tensor>>> classes;
   for (int rank = 0; rank < s.world_size; ++rank) {

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <regex>
 
 #include "launcher_harness.h"
@@ -216,6 +219,78 @@ TEST(LauncherEndToEnd, ProgramNotFoundExits127WithMessage) {
       run.err, "ddprun: cannot run 'ddprun-no-such-program-xyz': No such file or directory"))
       << run.err;
   EXPECT_TRUE(Contains(run.err, "exit code 127")) << run.err;
+}
+
+// --analyze-trace reads the records ranks left (tests/distributed/flight_recorder_test.cpp checks
+// the analysis against what real ranks write): the diagnosis on stdout and in diagnosis.json.
+TEST(LauncherEndToEnd, AnalyzeTracePrintsTheDiagnosisAndWritesItBesideTheRecords) {
+  ScratchDir dir;
+  auto record = [&](int rank, int last) {
+    std::string entries;
+    for (int seq = 1; seq <= last; ++seq) {
+      entries += std::string(seq > 1 ? "," : "") + "{\"seq\":" + std::to_string(seq) +
+                 ",\"op\":\"all_reduce\",\"call\":\"all_reduce\",\"dtype\":\"Float\","
+                 "\"numel\":4,\"state\":\"" +
+                 (seq < 4 ? "completed" : "failed") + "\",\"error\":\"TimeoutError\"}";
+    }
+    std::ofstream(dir.File("rank" + std::to_string(rank) + ".json"))
+        << "{\"rank\":" << rank << ",\"groups\":[{\"group\":\"0\",\"ranks\":[0,1],"
+        << "\"entries\":[" << entries << "]}]}";
+  };
+  record(0, 4);
+  record(1, 3);
+  for (const char* flag : {"--analyze-trace", "--analyze_trace"}) {
+    LauncherRun run = RunLauncher({flag, dir.path()});
+    ExpectExitedWith(run, 0);
+    EXPECT_TRUE(Contains(run.out, "rank 1 never entered all_reduce #4 (Float, 4 elements)"))
+        << run.out;
+    EXPECT_TRUE(Contains(ReadFile(dir.File("diagnosis.json")), "\"first_difference\":4"));
+  }
+  ScratchDir empty;
+  LauncherRun none = RunLauncher({"--analyze-trace=" + empty.path()});
+  ExpectExitedWith(none, 1);
+  EXPECT_TRUE(Contains(none.out, "no flight records")) << none.out;
+  EXPECT_FALSE(FileExists(empty.File("diagnosis.json")));
+}
+
+// Each attempt's flight records: a fresh DDP_CPP_TRACE_DIR under --log-dir, kept and diagnosed
+// when the attempt fails, removed when it succeeds; a folder the user set is left to the user.
+TEST(LauncherEndToEnd, EachAttemptGetsATraceFolderKeptAndDiagnosedOnlyWhenItFails) {
+  ScratchDir logs;
+  // Rank 0 records two all_reduces and fails in the second; rank 1 completed only the first. Each
+  // exits once both records are there (ddprun stops the other rank when one fails).
+  const std::string failing =
+      "r=$RANK; e='{\"seq\":1,\"op\":\"all_reduce\",\"state\":\"completed\"}';"
+      " [ $r = 0 ] && e=\"$e\",'{\"seq\":2,\"op\":\"all_reduce\",\"state\":\"failed\"}';"
+      " printf '{\"rank\":%s,\"groups\":[{\"group\":\"0\",\"ranks\":[0,1],\"entries\":[%s]}]}'"
+      " $r \"$e\" > \"$DDP_CPP_TRACE_DIR/rank$r.json\";"
+      " until [ -e \"$DDP_CPP_TRACE_DIR/rank$((1 - r)).json\" ]; do sleep 0.01; done; exit 1";
+  LauncherRun failed = RunLauncher({"--nproc-per-node", "2", "--master-port=29517", "--log-dir",
+                                    logs.path(), "--run-id", "job9", "sh", "-c", failing});
+  ExpectExitedWith(failed, 1);
+  EXPECT_TRUE(Contains(failed.err,
+                       "ddprun: the ranks' flight records are kept in " + logs.path() + "/job9_"))
+      << failed.err;
+  EXPECT_TRUE(Contains(failed.err, "rank 1 never entered all_reduce #2")) << failed.err;
+  const std::string kept = failed.err.substr(failed.err.find(logs.path() + "/job9_"));
+  const std::string attempt = kept.substr(0, kept.find('\n'));
+  EXPECT_TRUE(FileExists(attempt + "/diagnosis.json")) << attempt;
+  EXPECT_TRUE(FileExists(attempt + "/rank1.json")) << attempt;
+
+  ScratchDir healthy_logs;
+  LauncherRun healthy =
+      RunLauncher({"--nproc-per-node", "2", "--master-port=29518", "--log-dir", healthy_logs.path(),
+                   "sh", "-c", "test -d \"$DDP_CPP_TRACE_DIR\""});
+  ExpectExitedWith(healthy, 0);
+  EXPECT_FALSE(Contains(healthy.err, "flight record")) << healthy.err;
+  EXPECT_EQ(std::system(("rmdir " + healthy_logs.path()).c_str()), 0)
+      << "a healthy run left something in its --log-dir";
+  ::mkdir(healthy_logs.path().c_str(), 0755);  // for ScratchDir's own clean-up
+
+  LauncherRun users = RunLauncher({"--nproc-per-node", "1", "--master-port=29519", "sh", "-c",
+                                   "test \"$DDP_CPP_TRACE_DIR\" = /users/own"},
+                                  {{"DDP_CPP_TRACE_DIR", "/users/own"}});
+  ExpectExitedWith(users, 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string_view>
 
+#include "attempt_traces.h"
 #include "exit_status.h"
 #include "fd_io.h"
 #include "shm_cleanup.h"
@@ -62,10 +63,18 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
     return kLauncherErrorExitCode;
   }
 
+  const char* user_trace_dir = std::getenv("DDP_CPP_TRACE_DIR");
+  AttemptTraces traces(options, user_trace_dir ? user_trace_dir : "");
   for (int restart_count = 0;; ++restart_count) {
+    std::string trace_error;
+    const std::string trace_dir = traces.Begin(restart_count, &trace_error);
+    if (!trace_error.empty()) WriteAll(STDERR_FILENO, "ddprun: warning: " + trace_error + "\n");
     std::vector<WorkerLaunch> launches;
     for (int local_rank = 0; local_rank < options.nproc_per_node; ++local_rank) {
       EnvVars vars = WorkerVariables(options, local_rank, restart_count, online_cores, user);
+      if (traces.ChosenByDdprun() && !trace_dir.empty()) {
+        vars.emplace_back("DDP_CPP_TRACE_DIR", trace_dir);
+      }
       // The workers' stdout is a pipe: this tells them that their lines reach a terminal, where
       // a progress bar redrawn with "\r" stays in place (see TerminalStatus).
       vars.emplace_back("DDPRUN_STDOUT_TTY", settings.terminal ? "1" : "0");
@@ -74,6 +83,7 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
     }
     GroupResult result = RunWorkerGroup(settings, launches, *relay);
     RemoveSegmentsOfDeadCreators(options.run_id, restart_count);
+    WriteAll(STDERR_FILENO, traces.End(result.kind == GroupResult::Kind::kSucceeded));
     switch (result.kind) {
       case GroupResult::Kind::kSucceeded:
         return 0;

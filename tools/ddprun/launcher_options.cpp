@@ -176,6 +176,10 @@ const std::vector<OptionSpec>& Options() {
                     ? ""
                     : "expected a non-negative number of seconds";
        }},
+      {"log-dir", true, "PET_LOG_DIR",
+       [](const std::string& v, ParseContext& c) {
+         return SetNonEmpty(v, &c.options.log_dir, "expected a non-empty folder name");
+       }},
       // ddprun always runs PROGRAM directly, which is what torchrun's --no-python asks for;
       // accepting it keeps torchrun command lines working unchanged.
       {"no-python", false, "PET_NO_PYTHON",

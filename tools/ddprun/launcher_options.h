@@ -28,6 +28,9 @@ struct LauncherOptions {
   std::string role = "default";
   // Time between SIGTERM and SIGKILL when workers are stopped.
   double stop_grace_s = 5.0;
+  // Where each attempt's folder of flight records goes (torchrun's --log-dir); "": a fresh folder
+  // under TMPDIR (or /tmp) named after the run id.
+  std::string log_dir;
   // PROGRAM followed by its arguments, untouched.
   std::vector<std::string> command;
 };

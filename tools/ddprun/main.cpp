@@ -11,10 +11,33 @@
 #include "gpu_count.h"
 #include "launcher.h"
 #include "launcher_options.h"
+#include "trace_analysis.h"
+
+namespace {
+
+// `--analyze-trace DIR` (or =DIR, or underscores) as the only option: the folder, else nullopt.
+std::optional<std::string> AnalyzeTraceFolder(const std::vector<std::string>& args) {
+  if (args.empty()) return std::nullopt;
+  for (const char* name : {"--analyze-trace", "--analyze_trace"}) {
+    const std::string flag = name;
+    if (args[0] == flag && args.size() == 2) return args[1];
+    if (args.size() == 1 && args[0].rfind(flag + "=", 0) == 0)
+      return args[0].substr(flag.size() + 1);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ddprun;
   EnsureStandardDescriptors();
+  if (auto folder = AnalyzeTraceFolder(std::vector<std::string>(argv + 1, argv + argc))) {
+    std::string printed;
+    const bool written = WriteDiagnosis(*folder, &printed);
+    WriteAll(STDOUT_FILENO, printed);
+    return written ? 0 : 1;
+  }
   HostResources host;
   host.online_cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   // Still single-threaded here, as CountVisibleGpus (which forks) requires.

@@ -5,6 +5,7 @@ namespace ddprun {
 
 std::string UsageText() {
   return R"(usage: ddprun [options] PROGRAM [ARGS...]
+       ddprun --analyze-trace DIR
 
 Runs PROGRAM as nproc-per-node worker processes on this node, torchrun style (PyTorch 1.13
 names and environment), for ddp-cpp data-parallel training. Options end at the first argument
@@ -32,10 +33,21 @@ options:
   --role NAME              exported as ROLE_NAME (default default)
   --stop-grace SECS        seconds between SIGTERM and SIGKILL when stopping workers (default 5)
   --no-python              accepted for torchrun compatibility; ddprun always runs PROGRAM itself
+  --log-dir DIR            where each attempt's flight records go: DIR/<run-id>_XXXXXX/attempt_N
+                           (default: TMPDIR or /tmp, ddprun_<run-id>_XXXXXX/attempt_N), exported
+                           to the workers as DDP_CPP_TRACE_DIR unless that is already set. When
+                           an attempt fails its folder is kept, named, and its ranks' records
+                           are diagnosed (as --analyze-trace does); when it succeeds, removed
+  --analyze-trace DIR      runs nothing: reads the flight records that ranks left in DIR
+                           (rank<R>.json, see DDP_CPP_TRACE_DIR), prints a diagnosis (per rank
+                           and group the last completed collective and the current one, the first
+                           sequence number where the ranks differ, who never entered it and who
+                           entered another) and writes it to DIR/diagnosis.json; exits 1 when DIR
+                           holds no records
 
 Each option falls back on the environment variable PET_<NAME> (upper case, underscores: e.g.
 PET_NPROC_PER_NODE, PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_STANDALONE,
-PET_MAX_RESTARTS, PET_MONITOR_INTERVAL, PET_RUN_ID, PET_ROLE, PET_STOP_GRACE) when it is not on
+PET_MAX_RESTARTS, PET_MONITOR_INTERVAL, PET_RUN_ID, PET_ROLE, PET_STOP_GRACE, PET_LOG_DIR) when it is not on
 the command line; the command line wins. Flags are set by a non-zero integer (PET_STANDALONE=1).
 
 worker environment (local rank i of node k, p = nproc-per-node, n = nnodes), added to ddprun's:
