@@ -11,6 +11,8 @@ ddprun=$1
 bench=$2
 work=$(mktemp -d /tmp/ddp_bench_modes_test_XXXXXX)
 trap 'rm -rf "$work"' EXIT
+# ddprun keeps a failed attempt's flight records under TMPDIR: here, removed with the rest.
+export TMPDIR="$work"
 unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT
 few_steps=(--model mlp --steps 3 --warmup 1 --batch 8 --threads 1)
 phases='"forward_ms_median": [0-9.]+, "backward_ms_median": [0-9.]+, "optimizer_ms_median": [0-9.]+'

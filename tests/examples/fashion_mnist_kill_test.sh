@@ -17,6 +17,8 @@ RANDOM=$seed
 echo "kill test: seed $seed (DDP_KILL_SEED=$seed replays it), $trials trial(s) per case"
 work=$(mktemp -d /tmp/fashion_mnist_kill_XXXXXX)
 trap 'pkill -KILL -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
+# ddprun keeps a failed attempt's flight records under TMPDIR: here, removed with the rest.
+export TMPDIR="$work"
 cd "$work"
 "$python" "$here/synthetic_fashion_mnist.py" data
 

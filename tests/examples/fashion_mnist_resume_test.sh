@@ -12,6 +12,8 @@ example=$2
 python=${DDP_TEST_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d /tmp/fashion_mnist_test_XXXXXX)
 trap 'rm -rf "$work"' EXIT
+# ddprun keeps a failed attempt's flight records under TMPDIR: here, removed with the rest.
+export TMPDIR="$work"
 cd "$work"
 
 # 256 training and 64 test images of 28x28, labels 0..9, written as gzip-compressed IDX files.

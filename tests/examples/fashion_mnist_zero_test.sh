@@ -12,6 +12,8 @@ example=$2
 python=${DDP_TEST_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d /tmp/fashion_mnist_zero_test_XXXXXX)
 trap 'rm -rf "$work"' EXIT
+# ddprun keeps a failed attempt's flight records under TMPDIR: here, removed with the rest.
+export TMPDIR="$work"
 cd "$work"
 
 "$python" "$here/synthetic_fashion_mnist.py" data

@@ -59,7 +59,11 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
 LauncherProcess::LauncherProcess(const std::vector<std::string>& args, const EnvOverrides& env) {
   std::vector<std::string> argv_strings = {DDPRUN_PATH};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<std::string> env_strings = ChildEnvironment(env);
+  EnvOverrides with_tmp = env;
+  bool names_tmpdir = false;
+  for (const auto& [name, value] : env) names_tmpdir |= name == "TMPDIR";
+  if (!names_tmpdir) with_tmp.emplace_back("TMPDIR", tmp_.path());
+  std::vector<std::string> env_strings = ChildEnvironment(with_tmp);
   std::vector<char*> argv = CStrings(argv_strings);
   std::vector<char*> envp = CStrings(env_strings);
   int out[2];

@@ -23,10 +23,24 @@ struct LauncherRun {
   std::string err;
 };
 
+// A fresh directory under /tmp, removed with its contents on destruction.
+class ScratchDir {
+ public:
+  ScratchDir();
+  ~ScratchDir();
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
 class LauncherProcess {
  public:
   // Starts `ddprun args...`. The environment is the test's own minus OMP_NUM_THREADS, PET_* and
-  // TORCHELASTIC_* (so results do not depend on the caller's shell), plus `env`.
+  // TORCHELASTIC_* (so results do not depend on the caller's shell), plus `env`, plus a TMPDIR
+  // of its own unless `env` names one: the trace folders that ddprun keeps after a failed
+  // attempt go there, and are removed with it.
   explicit LauncherProcess(const std::vector<std::string>& args, const EnvOverrides& env = {});
   // Kills ddprun (SIGKILL) if it still runs, and reaps it.
   ~LauncherProcess();
@@ -49,6 +63,7 @@ class LauncherProcess {
   bool PumpOnce(int timeout_ms);  // False once both pipes are closed.
   void TryReap();
 
+  ScratchDir tmp_;  // its TMPDIR; destroyed after ddprun is reaped
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int err_fd_ = -1;
@@ -63,18 +78,6 @@ class LauncherProcess {
 // Runs ddprun to completion (bounded by `timeout_s`).
 LauncherRun RunLauncher(const std::vector<std::string>& args, const EnvOverrides& env = {},
                         double timeout_s = 10);
-
-// A fresh directory under /tmp, removed with its contents on destruction.
-class ScratchDir {
- public:
-  ScratchDir();
-  ~ScratchDir();
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 bool FileExists(const std::string& path);
 std::string ReadFile(const std::string& path);

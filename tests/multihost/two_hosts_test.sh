@@ -27,6 +27,8 @@ bed=$here/hosts.sh
 "$bed" check || { echo "SKIP: the namespace test bed cannot be made here"; exit 77; }
 work=$(mktemp -d /tmp/two_hosts_XXXXXX)
 trap '"$bed" down; rm -rf "$work"' EXIT
+# ddprun keeps a failed attempt's flight records under TMPDIR: here, removed with the rest.
+export TMPDIR="$work"
 "$bed" up 2 1gbit
 cd "$work"
 "$python" "$here/../examples/synthetic_fashion_mnist.py" data
