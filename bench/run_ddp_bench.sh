@@ -10,6 +10,9 @@
 #                  installs it), where NEWEST_PYTHON names one or the pip venv exists
 #   ours_lockstep  ours without DDP but in lockstep (ddp_bench --lockstep: one float all_reduced
 #                  after each backward), the floor of any synchronous data-parallel training here
+#   ours_recorder_off  (not in the default RUNS) ours_ddp with the flight recorder off
+#                  (DDP_CPP_TRACE_BUFFER=0): what the recorder, on by default, costs a step
+#   ours_timeline  (not in the default RUNS) ours_ddp writing a timeline (DDP_CPP_TIMELINE)
 #   ours_by_hand   (not in the default RUNS) ours, default backend, its ranks started by hand with
 #                  torchrun's environment and without GLIBC_TUNABLES: glibc's defaults, as under
 #                  torchrun, mpirun or srun, where only init_process_group's own tuning helps
@@ -160,6 +163,10 @@ for model in $MODELS; do
         pytorch_ddp) peer_ddp "$model" "$rep" pytorch_ddp "$PYTHON" ;;
         pytorch_newest_ddp) peer_ddp "$model" "$rep" pytorch_newest_ddp "$NEWEST_PYTHON" ;;
         ours_lockstep) ours_ddp "$model" "$rep" ours_lockstep auto --lockstep ;;
+        ours_recorder_off) DDP_CPP_TRACE_BUFFER=0 ours_ddp "$model" "$rep" ours_recorder_off auto ;;
+        ours_timeline)
+          mkdir -p "$TMP/timeline"
+          DDP_CPP_TIMELINE="$TMP/timeline" ours_ddp "$model" "$rep" ours_timeline auto ;;
         ours_by_hand)
           by_hand "$TMP/hand" env -u GLIBC_TUNABLES "$BENCH" --model "$model" "${COMMON[@]}"
           record ours_by_hand "$rep" "$TMP/hand0.out" ;;
@@ -207,4 +214,22 @@ for m in models:
           (f" {med(m, 'ours_by_hand'):.1f} | {med(m, 'ours_by_hand') / peer:.2f} |" if by_hand else "") +
           (f" {med(m, 'pytorch_newest_ddp'):.1f} | {ours / med(m, 'pytorch_newest_ddp'):.2f} | "
            f"{lock / med(m, 'pytorch_newest_ddp'):.2f} |" if newest else ""))
+
+# The recorder's and the timeline's cost: per rep, each run against the ours_ddp run beside it
+# (alternating runs see the same load), then the median of those ratios.
+def paired(model, run, base):
+    pairs = {}
+    for r in rows:
+        if r["model"] == model and r["run"] in (run, base):
+            pairs.setdefault(r["rep"], {})[r["run"]] = r["step_ms_median"]
+    ratios = [p[run] / p[base] for p in pairs.values() if run in p and base in p]
+    return statistics.median(ratios) if ratios else float("nan")
+if any(r["run"] in ("ours_recorder_off", "ours_timeline") for r in rows):
+    print("\n| model | recorder on (default) ms | recorder off ms | on/off | timeline on ms | "
+          "timeline/recorder on |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for m in models:
+        print(f"| {m} | {med(m, 'ours_ddp'):.2f} | {med(m, 'ours_recorder_off'):.2f} | "
+              f"{1 / paired(m, 'ours_recorder_off', 'ours_ddp'):.4f} | "
+              f"{med(m, 'ours_timeline'):.2f} | {paired(m, 'ours_timeline', 'ours_ddp'):.4f} |")
 PY

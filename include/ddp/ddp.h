@@ -15,4 +15,5 @@
 #include "ddp/powersgd_hook.h"
 #include "ddp/process_group.h"
 #include "ddp/sync_batchnorm.h"
+#include "ddp/timeline.h"
 #include "ddp/zero_redundancy_optimizer.h"

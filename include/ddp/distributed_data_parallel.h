@@ -127,6 +127,7 @@ class DDPCore {
   std::unique_ptr<MixedPrecisionParams> mixed_precision_;  // before reducer_: outlives it
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
+  int64_t forward_started_us_ = 0;  // for the timeline: 0 when it is off
   std::optional<c10::Device> input_device_;
   c10::Device device_ = c10::kCPU;
   std::optional<c10::ScalarType> input_dtype_;

@@ -66,6 +66,16 @@ struct InitOptions {
   /// renamed). "" takes DDP_CPP_TRACE_DIR where set (ddprun sets it for each attempt); without
   /// either, nothing is written. A folder given here wins over the environment. Default: "".
   TORCH_ARG(std::string, trace_dir) = "";
+  /// The timeline: a folder where this rank writes timeline_rank<R>.json, a Chrome-trace /
+  /// Perfetto record of its collectives (queued, running, done), DDP's forward, backward, each
+  /// bucket's all-reduce and the wait at the end of backward, checkpoint saves, and the marks of
+  /// ddp::timeline (timeline.h), time-aligned with rank 0's clock. ddprun merges the ranks' files
+  /// into timeline.json there; open it in ui.perfetto.dev or chrome://tracing. "" takes
+  /// DDP_CPP_TIMELINE where set; without either there is no timeline (it costs a little: an event
+  /// per collective and per bucket). A folder given here wins over the environment. The
+  /// collectives shown are the flight recorder's: with trace_buffer(0) the timeline holds only
+  /// DDP's and the user's events. Default: "" (off).
+  TORCH_ARG(std::string, timeline_path) = "";
 };
 
 /// Creates the default group. Collective: every rank of the job must call it. It also ignores

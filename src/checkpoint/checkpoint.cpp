@@ -29,6 +29,7 @@
 #include "ddp/init.h"
 #include "ddp/zero_redundancy_optimizer.h"
 #include "trace/flight_recorder.h"
+#include "trace/timeline.h"
 
 namespace ddp {
 namespace {
@@ -211,6 +212,7 @@ ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& modu
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& module,
                      const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
+  detail::TimelineSpan span(kSave, "checkpoint");
   bool collective = is_initialized() && get_world_size() > 1;
   int rank = is_initialized() ? get_rank() : 0;
   WriteFailure failure;

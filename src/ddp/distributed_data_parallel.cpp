@@ -12,6 +12,7 @@
 #include "ddp/model_verification.h"
 #include "reducer/reducer.h"
 #include "trace/flight_recorder.h"
+#include "trace/timeline.h"
 
 namespace ddp::detail {
 namespace {
@@ -183,6 +184,7 @@ DDPCore::JoinStep DDPCore::exchange_join_step(bool training, bool broadcasting, 
 }
 
 void DDPCore::before_forward(const JoinOptions* join) {
+  forward_started_us_ = detail::timeline_on() ? detail::timeline_now_us() : 0;
   const ProcessGroup& group = options_.process_group();
   const bool reduces = require_sync_ && at::GradMode::is_enabled();
   if (reduces) reducer_->prepare_for_forward();
@@ -210,6 +212,10 @@ void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
   } else {
     reducer_->disarm();
     if (mixed_precision_) mixed_precision_->restore();  // no backward will end this forward
+  }
+  if (forward_started_us_ > 0 && detail::timeline_on()) {
+    detail::timeline_span("DistributedDataParallel forward", "ddp", forward_started_us_,
+                          detail::timeline_now_us());
   }
 }
 

@@ -18,6 +18,7 @@
 #include "rendezvous/rendezvous_spec.h"
 #include "rendezvous/store_barrier.h"
 #include "rendezvous/store_factory.h"
+#include "trace/timeline.h"
 #include "trace/trace_dump.h"
 
 namespace ddp {
@@ -87,6 +88,9 @@ void init_process_group(const InitOptions& options) {
   trace.dir = detail::resolve_trace_dir(options.trace_dir(), dir_env ? dir_env->c_str() : nullptr);
   trace.rank = spec.rank;
   trace.world_size = spec.world_size;
+  const auto timeline_env = env("DDP_CPP_TIMELINE");
+  const std::string timeline_dir = detail::resolve_timeline_dir(
+      options.timeline_path(), timeline_env ? timeline_env->c_str() : nullptr);
   auto state = std::make_unique<detail::ProcessState>();
   state->backends = backend_choice_of(backend, spec);
   ignore_sigpipe_unless_handled();
@@ -97,12 +101,14 @@ void init_process_group(const InitOptions& options) {
     detail::tune_allocator_for_training();
   }
 
+  if (!timeline_dir.empty()) detail::open_timeline(timeline_dir, spec.rank);
   detail::set_rank_for_messages(spec.rank);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::PrefixStore>(
         rendezvous::kDefaultGroupPrefix, rendezvous::connect_store(spec, options.timeout()));
   } catch (...) {
+    detail::stop_timeline();
     detail::set_rank_for_messages(-1);
     throw;
   }
@@ -136,10 +142,14 @@ void init_process_group(const InitOptions& options) {
     // looks for a rank claimed twice (rank_claim.h): such a job must not start.
     rendezvous::check_no_rank_dispute(*store, spec.rank, spec.world_size, options.timeout());
     gloo->set_sequence_number_for_group();
+    if (!timeline_dir.empty()) {
+      detail::start_timeline(detail::measure_clock_offset(*store, spec.rank, spec.world_size));
+    }
     if (spec.rank == 0) store->set(rendezvous::kJobStartedKey, std::vector<uint8_t>{'1'});
   } catch (...) {
     world->release();
     detail::stop_flight_recording();
+    detail::stop_timeline();
     detail::forget_peer_addresses();
     detail::set_rank_for_messages(-1);
     throw;
@@ -164,6 +174,7 @@ std::string get_backend() { return ProcessGroup().state()->backend_name; }
 void destroy_process_group() {
   detail::destroy_process_state();
   detail::stop_flight_recording();
+  detail::stop_timeline();
 }
 
 ProcessGroup new_group(const std::vector<int>& ranks) {

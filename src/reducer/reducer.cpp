@@ -15,6 +15,7 @@
 #include "reducer/call_after_accumulation.h"
 #include "reducer/low_precision_sum.h"
 #include "trace/flight_recorder.h"
+#include "trace/timeline.h"
 
 namespace ddp::detail {
 namespace {
@@ -353,6 +354,10 @@ void Reducer::autograd_hook(size_t index) {
   any_backward_ = true;
   if (!hooks_fired_) {
     hooks_fired_ = true;
+    if (timeline_on()) {
+      name_timeline_thread("autograd");
+      backward_started_us_ = timeline_now_us();
+    }
     for (size_t unused : unused_) mark_ready(unused, /*got_gradient=*/false);
   }
   mark_ready(index, /*got_gradient=*/true);
@@ -377,9 +382,13 @@ void Reducer::mark_ready(size_t index, bool got_gradient) {
   if (recording_) {
     ready_order_.push_back(index);
     if (unready_ == 0) engine.queue_callback([this] { reduce_in_recorded_order(); });
-  } else if (bucket.pending == 0 && launch_ready_buckets()) {
-    engine.queue_callback([this] { finalize_backward(); });
+    return;
   }
+  if (bucket.pending != 0) return;
+  if (timeline_on()) {
+    timeline_instant("ready", "ddp", timeline_now_us(), static_cast<int>(slots_[index].bucket));
+  }
+  if (launch_ready_buckets()) engine.queue_callback([this] { finalize_backward(); });
 }
 
 void Reducer::reduce_in_recorded_order() {
@@ -517,6 +526,7 @@ bool Reducer::launch_ready_buckets() {
   if (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) verify_step();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
+    if (timeline_on()) bucket.launched_us = timeline_now_us();
     if (reduces_in_place(bucket)) {
       std::vector<at::Tensor> inputs, outputs;
       for (size_t position = 0; position < bucket.parameters.size(); ++position) {
@@ -550,7 +560,21 @@ bool Reducer::launch_ready_buckets() {
 void Reducer::finalize_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
   c10::NoGradGuard no_grad;
-  for (auto& bucket : buckets_) bucket.work.wait();
+  const bool timeline = timeline_on();
+  const int64_t wait_started_us = timeline ? timeline_now_us() : 0;
+  for (size_t index = 0; index < buckets_.size(); ++index) {
+    buckets_[index].work.wait();
+    if (timeline) {
+      timeline_bucket_span(static_cast<int>(index), "all-reduce", buckets_[index].launched_us,
+                           timeline_now_us(),
+                           "\"bytes\":" + std::to_string(buckets_[index].buffer.defined()
+                                                             ? buckets_[index].buffer.nbytes()
+                                                             : 0));
+    }
+  }
+  if (timeline) {
+    timeline_span("wait for the gradient all-reduces", "ddp", wait_started_us, timeline_now_us());
+  }
   const int32_t* used = nullptr;
   at::Tensor used_on_host;
   if (options_.find_unused_parameters) {
@@ -593,6 +617,10 @@ void Reducer::finalize_backward() {
   if (options_.deliver_averages) options_.deliver_averages(averages);
   finalized_ = true;
   armed_ = false;
+  if (timeline && backward_started_us_ > 0) {
+    timeline_span("DistributedDataParallel backward", "ddp", backward_started_us_,
+                  timeline_now_us());
+  }
 }
 
 }  // namespace ddp::detail

@@ -106,6 +106,7 @@ class Reducer {
     std::vector<at::Tensor> grads;   // the .grad seen by the hook, for kReadGrad and kInGrad
     size_t pending = 0;
     Work work;
+    int64_t launched_us = 0;  // when its reduction started, for the timeline
   };
   struct Slot {
     size_t bucket = 0;
@@ -188,6 +189,7 @@ class Reducer {
   // only once nothing but the reducer holds it.
   std::vector<at::Tensor> averaged_;
   bool has_rebuilt_ = false;
+  int64_t backward_started_us_ = 0;  // the first hook of this backward, for the timeline
 };
 
 }  // namespace ddp::detail

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "common/error_context.h"
+#include "trace/timeline.h"
 
 namespace ddp::detail {
 namespace {
@@ -198,23 +199,35 @@ void FlightRecorder::mark_started(TraceSlot& slot) {
 
 void FlightRecorder::mark_completed(const TraceSlot& slot) {
   const int64_t finished = now_ticks();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   TraceEntry* entry = find_described(slot);
   if (entry && entry->state != TraceState::kFailed) {
     entry->state = TraceState::kCompleted;
     entry->finished_us = finished;
+    if (timeline_on()) show_on_timeline(*entry, lock);
   }
+}
+
+void FlightRecorder::show_on_timeline(const TraceEntry& entry, std::unique_lock<std::mutex>& lock) {
+  TraceEntry shown = entry;
+  lock.unlock();
+  const TraceClock::Converter to_us = TraceClock::instance().converter();
+  shown.queued_us = to_us(shown.queued_us);
+  shown.started_us = to_us(shown.started_us);
+  shown.finished_us = to_us(shown.finished_us);
+  timeline_collective(shown, group_name_);
 }
 
 void FlightRecorder::mark_failed(const TraceSlot& slot, TraceFailure failure) {
   const int64_t finished = now_ticks();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   TraceEntry* entry = find_described(slot);
   if (!entry) return;
   if (entry->state != TraceState::kFailed) {
     entry->state = TraceState::kFailed;
     entry->finished_us = finished;
     entry->failure = failure;
+    if (timeline_on()) show_on_timeline(*entry, lock);
   } else if (entry->failure == TraceFailure::kOther || entry->failure == TraceFailure::kNone) {
     entry->failure = failure;
   }

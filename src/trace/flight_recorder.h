@@ -132,6 +132,8 @@ class FlightRecorder : public std::enable_shared_from_this<FlightRecorder> {
   // REQUIRES: mutex_ held. The slot's entry with its description written in; null when the
   // ring has wrapped over it.
   TraceEntry* find_described(const TraceSlot& slot);
+  // The timeline is on: hands a copy of the finished entry to it, after unlocking `lock`.
+  void show_on_timeline(const TraceEntry& entry, std::unique_lock<std::mutex>& lock);
 
   mutable std::mutex mutex_;
   std::vector<TraceEntry> ring_;  // GUARDED_BY(mutex_)

@@ -16,6 +16,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/json_text.h"
+
 namespace ddp::detail {
 namespace {
 
@@ -75,35 +77,6 @@ void restore_sigusr1_default() {
   }
 }
 
-void append_escaped(std::string& out, const char* text) {
-  out += '"';
-  for (const char* c = text; *c; ++c) {
-    switch (*c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(*c) < 0x20) {
-          char code[8];
-          std::snprintf(code, sizeof code, "\\u%04x", static_cast<unsigned char>(*c));
-          out += code;
-        } else {
-          out += *c;
-        }
-    }
-  }
-  out += '"';
-}
-
 void append_ints(std::string& out, const int64_t* values, int count) {
   out += '[';
   for (int i = 0; i < count; ++i) {
@@ -115,21 +88,21 @@ void append_ints(std::string& out, const int64_t* values, int count) {
 
 void append_entry(std::string& out, const TraceEntry& entry) {
   out += "{\"seq\":" + std::to_string(entry.sequence) + ",\"op\":";
-  append_escaped(out, entry.operation);
+  append_json_string(out, entry.operation);
   out += ",\"call\":";
-  append_escaped(out, entry.call ? entry.call : entry.operation);
+  append_json_string(out, entry.call ? entry.call : entry.operation);
   out += ",\"backend\":";
-  append_escaped(out, entry.backend);
+  append_json_string(out, entry.backend);
   out += ",\"dtype\":";
-  append_escaped(out,
-                 entry.dtype < 0 ? "" : c10::toString(static_cast<c10::ScalarType>(entry.dtype)));
+  append_json_string(
+      out, entry.dtype < 0 ? "" : c10::toString(static_cast<c10::ScalarType>(entry.dtype)));
   out += ",\"numel\":" + std::to_string(entry.numel) + ",\"shape\":";
   append_ints(out, entry.sizes, entry.dims);
   out += ",\"state\":";
-  append_escaped(out, to_string(entry.state));
+  append_json_string(out, to_string(entry.state));
   if (entry.failure != TraceFailure::kNone) {
     out += ",\"error\":";
-    append_escaped(out, to_string(entry.failure));
+    append_json_string(out, to_string(entry.failure));
   }
   out += ",\"queued_us\":" + std::to_string(entry.queued_us) +
          ",\"started_us\":" + std::to_string(entry.started_us) +
@@ -199,16 +172,16 @@ std::string flight_records_json(const std::vector<std::shared_ptr<FlightRecorder
   std::string out = "{\"version\":1,\"rank\":" + std::to_string(in_force.rank) +
                     ",\"world_size\":" + std::to_string(in_force.world_size) +
                     ",\"pid\":" + std::to_string(::getpid()) + ",\"host\":";
-  append_escaped(out, host);
+  append_json_string(out, host);
   out += ",\"reason\":";
-  append_escaped(out, reason.c_str());
+  append_json_string(out, reason.c_str());
   out += ",\"dumped_us\":" + std::to_string(now) +
          ",\"trace_buffer\":" + std::to_string(in_force.buffer) + ",\"groups\":[";
   for (size_t g = 0; g < groups.size(); ++g) {
     const FlightRecorder& recorder = *groups[g];
     if (g) out += ',';
     out += "\n{\"group\":";
-    append_escaped(out, recorder.group_name().c_str());
+    append_json_string(out, recorder.group_name().c_str());
     out += ",\"ranks\":[";
     for (size_t i = 0; i < recorder.global_ranks().size(); ++i) {
       out += (i ? "," : "") + std::to_string(recorder.global_ranks()[i]);

@@ -11,6 +11,7 @@
 #include "exit_status.h"
 #include "fd_io.h"
 #include "shm_cleanup.h"
+#include "timeline_merge.h"
 #include "worker_env.h"
 
 extern char** environ;
@@ -64,6 +65,7 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
   }
 
   const char* user_trace_dir = std::getenv("DDP_CPP_TRACE_DIR");
+  const char* timeline_dir = std::getenv("DDP_CPP_TIMELINE");
   AttemptTraces traces(options, user_trace_dir ? user_trace_dir : "");
   for (int restart_count = 0;; ++restart_count) {
     std::string trace_error;
@@ -84,6 +86,9 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
     GroupResult result = RunWorkerGroup(settings, launches, *relay);
     RemoveSegmentsOfDeadCreators(options.run_id, restart_count);
     WriteAll(STDERR_FILENO, traces.End(result.kind == GroupResult::Kind::kSucceeded));
+    // The workers' timelines (DDP_CPP_TIMELINE, inherited from ddprun), one trace per attempt.
+    if (timeline_dir && *timeline_dir)
+      WriteAll(STDERR_FILENO, MergeTimeline(timeline_dir).Summary());
     switch (result.kind) {
       case GroupResult::Kind::kSucceeded:
         return 0;

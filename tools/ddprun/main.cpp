@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,15 +12,18 @@
 #include "gpu_count.h"
 #include "launcher.h"
 #include "launcher_options.h"
+#include "timeline_merge.h"
 #include "trace_analysis.h"
 
 namespace {
 
-// `--analyze-trace DIR` (or =DIR, or underscores) as the only option: the folder, else nullopt.
-std::optional<std::string> AnalyzeTraceFolder(const std::vector<std::string>& args) {
+// `--NAME DIR` (or =DIR, or with underscores) as the only option: the folder, else nullopt.
+std::optional<std::string> FolderOfOnlyOption(const std::vector<std::string>& args,
+                                              std::string name) {
   if (args.empty()) return std::nullopt;
-  for (const char* name : {"--analyze-trace", "--analyze_trace"}) {
-    const std::string flag = name;
+  std::string underscored = name;
+  std::replace(underscored.begin() + 2, underscored.end(), '-', '_');
+  for (const std::string& flag : {name, underscored}) {
     if (args[0] == flag && args.size() == 2) return args[1];
     if (args.size() == 1 && args[0].rfind(flag + "=", 0) == 0)
       return args[0].substr(flag.size() + 1);
@@ -32,18 +36,23 @@ std::optional<std::string> AnalyzeTraceFolder(const std::vector<std::string>& ar
 int main(int argc, char** argv) {
   using namespace ddprun;
   EnsureStandardDescriptors();
-  if (auto folder = AnalyzeTraceFolder(std::vector<std::string>(argv + 1, argv + argc))) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (auto folder = FolderOfOnlyOption(args, "--analyze-trace")) {
     std::string printed;
     const bool written = WriteDiagnosis(*folder, &printed);
     WriteAll(STDOUT_FILENO, printed);
     return written ? 0 : 1;
   }
+  if (auto folder = FolderOfOnlyOption(args, "--merge-timeline")) {
+    const MergedTimeline merged = MergeTimeline(*folder);
+    WriteAll(STDOUT_FILENO, merged.Summary());
+    return merged.path.empty() ? 1 : 0;
+  }
   HostResources host;
   host.online_cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   // Still single-threaded here, as CountVisibleGpus (which forks) requires.
   host.count_gpus = [] { return CountVisibleGpus(); };
-  ParseResult parsed =
-      ParseLauncherOptions(std::vector<std::string>(argv + 1, argv + argc), LookupProcessEnv, host);
+  ParseResult parsed = ParseLauncherOptions(args, LookupProcessEnv, host);
   if (parsed.action == ParseResult::Action::kHelp) {
     WriteAll(STDOUT_FILENO, UsageText());
     return 0;

@@ -6,6 +6,7 @@ namespace ddprun {
 std::string UsageText() {
   return R"(usage: ddprun [options] PROGRAM [ARGS...]
        ddprun --analyze-trace DIR
+       ddprun --merge-timeline DIR
 
 Runs PROGRAM as nproc-per-node worker processes on this node, torchrun style (PyTorch 1.13
 names and environment), for ddp-cpp data-parallel training. Options end at the first argument
@@ -44,6 +45,11 @@ options:
                            sequence number where the ranks differ, who never entered it and who
                            entered another) and writes it to DIR/diagnosis.json; exits 1 when DIR
                            holds no records
+  --merge-timeline DIR     runs nothing: merges the timelines that ranks wrote in DIR
+                           (timeline_rank<R>.json, see DDP_CPP_TIMELINE) into DIR/timeline.json,
+                           one process per rank, for ui.perfetto.dev or chrome://tracing; exits
+                           1 when DIR holds none. ddprun does it itself after each attempt when
+                           DDP_CPP_TIMELINE is set in its environment (the workers inherit it)
 
 Each option falls back on the environment variable PET_<NAME> (upper case, underscores: e.g.
 PET_NPROC_PER_NODE, PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_STANDALONE,
