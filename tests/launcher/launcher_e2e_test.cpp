@@ -293,5 +293,33 @@ TEST(LauncherEndToEnd, EachAttemptGetsATraceFolderKeptAndDiagnosedOnlyWhenItFail
   ExpectExitedWith(users, 0);
 }
 
+// DDP_CPP_TIMELINE in ddprun's environment: the workers inherit it and, after the attempt, ddprun
+// merges their timeline_rank<R>.json into timeline.json there (tests/distributed/timeline_test.cpp
+// checks the merge of what real ranks write); --merge-timeline does it alone.
+TEST(LauncherEndToEnd, WithDdpCppTimelineSetDdprunMergesTheRanksTimelinesAfterTheAttempt) {
+  ScratchDir dir;
+  const std::string writing =
+      "printf '[\n{\"ph\":\"X\",\"name\":\"work\",\"pid\":%s,\"tid\":1,"
+      "\"ts\":1,\"dur\":2}\n]\n' $RANK > \"$DDP_CPP_TIMELINE/timeline_rank$RANK.json\"";
+  LauncherRun run =
+      RunLauncher({"--nproc-per-node", "2", "--master-port=29520", "sh", "-c", writing},
+                  {{"DDP_CPP_TIMELINE", dir.path()}});
+  ExpectExitedWith(run, 0);
+  EXPECT_TRUE(Contains(
+      run.err, "ddprun: timeline of 2 ranks (2 events) merged into " + dir.File("timeline.json")))
+      << run.err;
+  const std::string merged = ReadFile(dir.File("timeline.json"));
+  EXPECT_TRUE(Contains(merged, "\"pid\":0") && Contains(merged, "\"pid\":1")) << merged;
+
+  std::remove(dir.File("timeline.json").c_str());
+  for (const char* flag : {"--merge-timeline", "--merge_timeline"}) {
+    LauncherRun alone = RunLauncher({flag, dir.path()});
+    ExpectExitedWith(alone, 0);
+    EXPECT_TRUE(FileExists(dir.File("timeline.json")));
+  }
+  ScratchDir empty;
+  ExpectExitedWith(RunLauncher({"--merge-timeline=" + empty.path()}), 1);
+}
+
 }  // namespace
 }  // namespace ddprun_test
