@@ -293,6 +293,30 @@ TEST(LauncherEndToEnd, EachAttemptGetsATraceFolderKeptAndDiagnosedOnlyWhenItFail
   ExpectExitedWith(users, 0);
 }
 
+// When a rank fails, ddprun asks the ranks still running for their flight records (SIGUSR1, which
+// the library answers by writing rank<R>.json) before it stops them, so that the diagnosis knows
+// what they were doing. Rank 1 stands for a library rank: it writes its record on SIGUSR1.
+TEST(LauncherEndToEnd, RanksStillRunningAfterAFailureAreAskedForTheirRecordsBeforeBeingStopped) {
+  ScratchDir logs;
+  const std::string script = R"sh(d="$DDP_CPP_TRACE_DIR"
+entry() { printf '{"seq":%s,"op":"%s","dtype":"Float","numel":4,"state":"%s"}' "$1" "$2" "$3"; }
+record() { printf '{"rank":%s,"groups":[{"group":"0","ranks":[0,1],"entries":[%s,%s]}]}' "$1" "$2" "$3"; }
+if [ "$RANK" = 1 ]; then
+  record 1 "$(entry 1 all_reduce completed)" "$(entry 2 broadcast started)" > "$d/pending1"
+  trap 'mv "$d/pending1" "$d/rank1.json"; exit 0' USR1
+  touch "$d/ready"
+  while :; do sleep 0.01; done
+fi
+until [ -e "$d/ready" ]; do sleep 0.01; done
+record 0 "$(entry 1 all_reduce completed)" "$(entry 2 all_reduce failed)" > "$d/rank0.json"
+exit 1)sh";
+  LauncherRun run = RunLauncher({"--nproc-per-node", "2", "--master-port=29521", "--log-dir",
+                                 logs.path(), "sh", "-c", script});
+  ExpectExitedWith(run, 1);
+  EXPECT_TRUE(Contains(run.err, "rank 1: last completed #1; current broadcast #2")) << run.err;
+  EXPECT_FALSE(Contains(run.err, "received SIGTERM")) << run.err;
+}
+
 // DDP_CPP_TIMELINE in ddprun's environment: the workers inherit it and, after the attempt, ddprun
 // merges their timeline_rank<R>.json into timeline.json there (tests/distributed/timeline_test.cpp
 // checks the merge of what real ranks write); --merge-timeline does it alone.

@@ -83,6 +83,7 @@ int RunLauncher(const LauncherOptions& options, int online_cores) {
       launches.push_back(
           {GlobalRank(options, local_rank), local_rank, MergeEnvironment(environ, vars)});
     }
+    settings.trace_dir = trace_dir;
     GroupResult result = RunWorkerGroup(settings, launches, *relay);
     RemoveSegmentsOfDeadCreators(options.run_id, restart_count);
     WriteAll(STDERR_FILENO, traces.End(result.kind == GroupResult::Kind::kSucceeded));

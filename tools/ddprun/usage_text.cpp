@@ -37,8 +37,10 @@ options:
   --log-dir DIR            where each attempt's flight records go: DIR/<run-id>_XXXXXX/attempt_N
                            (default: TMPDIR or /tmp, ddprun_<run-id>_XXXXXX/attempt_N), exported
                            to the workers as DDP_CPP_TRACE_DIR unless that is already set. When
-                           an attempt fails its folder is kept, named, and its ranks' records
-                           are diagnosed (as --analyze-trace does); when it succeeds, removed
+                           an attempt fails, the ranks still running that catch SIGUSR1 are
+                           asked for their records (up to 2 s) before they are stopped, the
+                           folder is kept, named, and its ranks' records are diagnosed (as
+                           --analyze-trace does); when it succeeds, removed
   --analyze-trace DIR      runs nothing: reads the flight records that ranks left in DIR
                            (rank<R>.json, see DDP_CPP_TRACE_DIR), prints a diagnosis (per rank
                            and group the last completed collective and the current one, the first

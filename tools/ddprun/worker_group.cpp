@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,11 +42,26 @@ struct Stream {
   std::unique_ptr<LinePrefixer> lines;
 };
 
+// Whether `pid` has a handler for `signal_number` (its SigCgt mask in /proc); false when unknown.
+bool CatchesSignal(pid_t pid, int signal_number) {
+  std::FILE* status = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (!status) return false;
+  char line[256];
+  unsigned long long caught = 0;
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, status)) {
+    found = std::sscanf(line, "SigCgt: %llx", &caught) == 1;
+  }
+  std::fclose(status);
+  return found && (caught >> (signal_number - 1)) & 1ULL;
+}
+
 struct Worker {
   const WorkerLaunch* launch = nullptr;
   pid_t pid = -1;
   bool running = false;  // Forked and not reaped yet.
   int status = 0;
+  bool asked_for_record = false;  // sent SIGUSR1 after another worker failed
   Stream out;
   Stream err;
 };
@@ -153,6 +169,10 @@ class Supervisor {
         }
       }
       Reap();
+      if (asking_ && (Clock::now() >= record_deadline_ || !AnyRecordAwaited())) {
+        asking_ = false;
+        BeginStop(SIGTERM);
+      }
       if (stopping_ && !escalated_ && Clock::now() >= kill_deadline_) {
         escalated_ = true;
         SignalRunning(SIGKILL);
@@ -280,7 +300,7 @@ class Supervisor {
       Pump(worker.err);
       if (!IsSuccess(status) && failed_ == nullptr && !interrupted_) {
         failed_ = &worker;
-        BeginStop(SIGTERM);
+        AskForRecordsThenStop();
       }
       // Descendants the worker left in its process group are stopped with the others.
       if (stopping_) killpg(worker.pid, escalated_ ? SIGKILL : stop_signal_);
@@ -302,7 +322,42 @@ class Supervisor {
     }
   }
 
+  // After a worker failed: the running workers without a flight record are asked for one
+  // (SIGUSR1: the library writes it from a thread of its own) before they are stopped.
+  void AskForRecordsThenStop() {
+    if (!settings_.trace_dir.empty()) {
+      for (Worker& worker : workers_) {
+        // Only a worker that catches SIGUSR1 (the library's handler, where it records): for
+        // any other, its default action would end it at once, without its SIGTERM handling.
+        if (!worker.running || HasRecord(worker) || !CatchesSignal(worker.pid, SIGUSR1)) continue;
+        worker.asked_for_record = true;
+        kill(worker.pid, SIGUSR1);
+      }
+      if (AnyRecordAwaited()) {
+        asking_ = true;
+        auto wait = std::chrono::duration<double>(std::max(0.0, settings_.record_wait_s));
+        record_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(wait);
+        return;
+      }
+    }
+    BeginStop(SIGTERM);
+  }
+
+  bool HasRecord(const Worker& worker) const {
+    struct stat info {};
+    const std::string path =
+        settings_.trace_dir + "/rank" + std::to_string(worker.launch->rank) + ".json";
+    return stat(path.c_str(), &info) == 0;
+  }
+
+  bool AnyRecordAwaited() const {
+    return std::any_of(workers_.begin(), workers_.end(), [this](const Worker& worker) {
+      return worker.running && worker.asked_for_record && !HasRecord(worker);
+    });
+  }
+
   void BeginStop(int signal_number) {
+    asking_ = false;
     stopping_ = true;
     stop_signal_ = signal_number;
     auto grace = std::chrono::duration<double>(std::max(0.0, settings_.stop_grace_s));
@@ -325,6 +380,8 @@ class Supervisor {
   // (a safety net), shortened to meet the SIGKILL deadline while stopping.
   int PollTimeoutMs() const {
     double timeout_ms = settings_.monitor_interval_s * 1000.0;
+    // A record appears as a file, which no descriptor announces: looked for every 10 ms.
+    if (asking_) timeout_ms = std::min(timeout_ms, 10.0);
     if (stopping_ && !escalated_) {
       double left_ms =
           std::chrono::duration<double, std::milli>(kill_deadline_ - Clock::now()).count();
@@ -364,6 +421,8 @@ class Supervisor {
   bool interrupted_ = false;
   int interrupt_signal_ = 0;
   std::string launcher_error_;
+  bool asking_ = false;  // waiting for the flight records asked for (AskForRecordsThenStop)
+  Clock::time_point record_deadline_;
   bool stopping_ = false;
   bool escalated_ = false;
   int stop_signal_ = SIGTERM;

@@ -33,6 +33,13 @@ struct GroupSettings {
   // stdout_fd is a terminal: the workers' live lines (bars redrawn with "\r") are kept at its
   // bottom, below their other lines (TerminalStatus).
   bool terminal = false;
+  // The workers' DDP_CPP_TRACE_DIR ("" : none). When a worker fails, the others that have not
+  // written their flight record there (rank<R>.json) and catch SIGUSR1 (as the library does where
+  // it has a trace folder) are asked for it with SIGUSR1, and stopped once each has written it or
+  // exited, or after record_wait_s: so that the diagnosis also knows what the ranks still running
+  // were doing. Workers that do not catch SIGUSR1 are stopped as before.
+  std::string trace_dir;
+  double record_wait_s = 2.0;
 };
 
 struct GroupResult {
