@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <unistd.h>
 #include <vector>
 
 #include "common/error_context.h"
@@ -57,6 +58,7 @@ class TimelineWriter {
                                      "name an existing folder this process may write in)");
     }
     rank_ = rank;
+    owner_ = getpid();
     offset_us_ = 0;
     named_rows_.clear();
     pending_ = "[";
@@ -124,6 +126,11 @@ class TimelineWriter {
   void close_locked() {
     timeline_enabled.store(false);
     if (!file_) return;
+    if (getpid() != owner_) {  // a forked child: the file and what waits are its parent's
+      file_ = nullptr;
+      pending_.clear();
+      return;
+    }
     pending_ += "\n]\n";
     flush_locked();
     std::fclose(file_);
@@ -133,6 +140,7 @@ class TimelineWriter {
   std::mutex mutex_;
   std::FILE* file_ = nullptr;  // GUARDED_BY(mutex_)
   int rank_ = 0;
+  pid_t owner_ = 0;  // the process that opened the file
   int64_t offset_us_ = 0;
   std::string pending_;       // GUARDED_BY(mutex_)
   bool first_ = true;         // GUARDED_BY(mutex_)

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <fstream>
 #include <string>
 
@@ -170,12 +171,13 @@ TEST(ZeroRedundancyOptimizer, LargeParametersBroadcastInPlaceAndSmallOnesPackedE
       ddp::ZeroRedundancyOptimizer zero(
           net_zero->parameters(),
           ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2)));
+      using Trained = std::pair<decltype(&model_plain), torch::optim::Optimizer*>;
+      const std::array<Trained, 2> both = {Trained{&model_plain, &plain},
+                                           Trained{&model_zero, &zero}};
       for (int step = 0; step < 3; ++step) {
         auto x = torch::sin(torch::arange(4 * 300, torch::kFloat) * 0.01 * (rank + 1) + step)
                      .view({4, 300});
-        for (auto [model, optimizer] :
-             {std::make_pair(&model_plain, static_cast<torch::optim::Optimizer*>(&plain)),
-              std::make_pair(&model_zero, static_cast<torch::optim::Optimizer*>(&zero))}) {
+        for (auto [model, optimizer] : both) {
           optimizer->zero_grad();
           (*model)(x).pow(2).mean().backward();
           optimizer->step();
@@ -395,7 +397,9 @@ TEST(ZeroRedundancyOptimizer, ARankLostDuringTheExchangeFailsTheOthersNamingIt) 
         ADD_FAILURE() << backend << ": the step went through without rank 2";
       } catch (const ddp::DistributedError& e) {
         EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
-        EXPECT_LT(elapsed_ms(start), 8000) << backend;
+        // Within the 5 s timeout, not a hang; the room above it is for a loaded 2-core machine
+        // (8 s was exceeded there once while builds ran beside the tests).
+        EXPECT_LT(elapsed_ms(start), 12000) << backend;
       }
       std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
     });
