@@ -185,7 +185,10 @@ DDPCore::JoinStep DDPCore::exchange_join_step(bool training, bool broadcasting, 
 void DDPCore::before_forward(const JoinOptions* join) {
   const ProcessGroup& group = options_.process_group();
   const bool reduces = require_sync_ && at::GradMode::is_enabled();
-  if (reduces) reducer_->prepare_for_forward();
+  if (reduces) {
+    reducer_->stats().forward_started();
+    reducer_->prepare_for_forward();
+  }
   int buffers_from = group.ranks()[0];
   int divisor = group.size();
   if (join && group.size() > 1) {
@@ -207,6 +210,7 @@ void DDPCore::before_forward(const JoinOptions* join) {
 void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
   if (require_sync_ && at::GradMode::is_enabled()) {
     reducer_->prepare_for_backward(outputs);
+    reducer_->stats().forward_ended();
   } else {
     reducer_->disarm();
     if (mixed_precision_) mixed_precision_->restore();  // no backward will end this forward
