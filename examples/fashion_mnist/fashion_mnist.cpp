@@ -20,8 +20,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
+#include "ddp_stats_log.h"
 #include "idx_reader.h"
 #include "progress.h"
 #include "training_history.h"
@@ -53,6 +55,7 @@ struct Options {
   bool sync_bn = false;                  // SyncBatchNorm after each convolution
   int max_steps = 0;                     // per epoch; 0: the whole sampler's share
   std::string shard = "none";            // "zero": ZeroRedundancyOptimizer
+  std::string stats_csv;                 // DDP's statistics per step (rank 0); "": none
 };
 
 const char* kUsage =
@@ -65,6 +68,7 @@ const char* kUsage =
     "                     [--comm-hook none|fp16|bf16|fp16-hosts|bf16-hosts|powersgd]\n"
     "                     [--powersgd-rank R] [--powersgd-start-iter N] [--shard none|zero]\n"
     "                     [--mixed-precision none|bf16|fp16] [--sync-bn] [--max-steps N]\n"
+    "                     [--stats-csv FILE.csv]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
     "Defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),\n"
     "--epochs 2, --batch-size 64 per rank, --optimizer adam, --lr 0.001 (sgd: use about 0.05),\n"
@@ -91,7 +95,10 @@ const char* kUsage =
     "--max-steps N ends each epoch after N steps (0, the default: the whole training set), for\n"
     "short runs: bfloat16 on a CPU without bfloat16 instructions is many times slower.\n"
     "--shard zero splits the optimizer state across the ranks (ddp::ZeroRedundancyOptimizer);\n"
-    "its checkpoint holds the whole state and resumes at any number of ranks.\n";
+    "its checkpoint holds the whole state and resumes at any number of ranks.\n"
+    "After each epoch rank 0 prints DDP's statistics (model.stats(): mean forward, backward\n"
+    "compute and exposed communication times, bytes reduced, buckets); --stats-csv FILE.csv\n"
+    "writes rank 0's, one row per step (none by default; a resumed run appends).\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -148,6 +155,8 @@ Options parse(int argc, char** argv) {
       o.sync_bn = true;
     } else if (arg == "--max-steps") {
       o.max_steps = std::stoi(value());
+    } else if (arg == "--stats-csv") {
+      o.stats_csv = value();
     } else if (arg == "--shard") {
       o.shard = value();
     } else {
@@ -358,6 +367,8 @@ int run(const Options& o) {
   int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
   if (o.max_steps > 0) steps = std::min(steps, o.max_steps);
   register_comm_hook(model, o, int64_t(o.epochs) * steps);
+  std::optional<fashion_mnist::StatsCsv> stats_csv;
+  if (rank == 0 && !o.stats_csv.empty()) stats_csv.emplace(o.stats_csv, o.resume || restarted);
   if (rank == 0) {
     std::printf("training on %d ranks (%s): %d epochs of %d steps, %d images per step\n", world,
                 device.str().c_str(), o.epochs, steps, o.batch_size * world);
@@ -369,6 +380,7 @@ int run(const Options& o) {
     auto indices = torch::tensor(sampler.indices()).to(device);
     fashion_mnist::Progress progress(epoch + 1, o.epochs, steps, o.batch_size * world, rank == 0);
     const auto start = std::chrono::steady_clock::now();
+    model.reset_stats();  // the epoch's means
     double loss_sum = 0;
     double window_sum = 0;  // the losses since the last point of the loss curve
     int window_steps = 0;
@@ -381,6 +393,8 @@ int run(const Options& o) {
       auto logits = model(train.images.index_select(0, batch)).to(torch::kFloat);
       auto loss = torch::nn::functional::cross_entropy(logits, train.labels.index_select(0, batch));
       loss.backward();
+      if (stats_csv)
+        stats_csv->add(epoch + 1, int64_t(epoch) * steps + step + 1, model.stats().last_step);
       optimizer->step();
       const double value = loss.item<double>();
       loss_sum += value;
@@ -398,6 +412,7 @@ int run(const Options& o) {
       progress.update(step + 1, loss_sum / (step + 1));
     }
     progress.finish();
+    const ddp::DDPStats epoch_stats = model.stats();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     train_seconds += seconds;
@@ -418,6 +433,7 @@ int run(const Options& o) {
     if (rank == 0) {
       std::printf("epoch %d: train loss %.4f, test accuracy %.4f, %.1f s\n", epoch + 1,
                   history.epochs.back().train_loss, accuracy, seconds);
+      std::printf("%s\n", fashion_mnist::describe_epoch_stats(epoch + 1, epoch_stats).c_str());
       write_outputs(o, history);
     }
   }

@@ -5,6 +5,7 @@
 #include "ddp/collectives.h"
 #include "ddp/comm_hooks.h"
 #include "ddp/data_parallel.h"
+#include "ddp/ddp_stats.h"
 #include "ddp/device.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"

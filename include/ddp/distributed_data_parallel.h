@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ddp/comm_hooks.h"
+#include "ddp/ddp_stats.h"
 #include "ddp/join.h"
 #include "ddp/mixed_precision.h"
 #include "ddp/process_group.h"
@@ -108,6 +109,10 @@ class DDPCore {
   void sync_final_model(bool is_last_joiner);
   /// Mixed precision's param_dtype, what forward's floating-point tensor arguments are cast to.
   const std::optional<c10::ScalarType>& input_dtype() const { return input_dtype_; }
+
+  /// In src/ddp/ddp_stats.cpp.
+  DDPStats stats() const;
+  void reset_stats();
 
  private:
   // Under Join, what the ranks do in this iteration (one exchange).
@@ -292,6 +297,14 @@ class DistributedDataParallel : public Joinable {
   void register_comm_hook(CommHook hook) { core_->register_comm_hook(std::move(hook)); }
 
   const DDPOptions& options() const { return core_->options(); }
+
+  /// DDP's own measurements: per step and averaged, forward time, backward compute, the
+  /// communication backward did not hide, bytes reduced; the buckets and their sizes, rebuilds
+  /// (include/ddp/ddp_stats.h says what each number measures). REQUIRES: not called while a
+  /// backward of this model runs (between steps, from any thread).
+  DDPStats stats() const { return core_->stats(); }
+  /// Starts the averages anew: steps, average and total_bytes_reduced count from here.
+  void reset_stats() { core_->reset_stats(); }
 
   /// Joinable (join.h): on a rank that finished, shadows DDP's gradient all-reduce (zeros), its
   /// buffer broadcast and its unused-parameter map; at the end every rank takes the model of a

@@ -187,7 +187,10 @@ void DDPCore::before_forward(const JoinOptions* join) {
   forward_started_us_ = detail::timeline_on() ? detail::timeline_now_us() : 0;
   const ProcessGroup& group = options_.process_group();
   const bool reduces = require_sync_ && at::GradMode::is_enabled();
-  if (reduces) reducer_->prepare_for_forward();
+  if (reduces) {
+    reducer_->stats().forward_started();
+    reducer_->prepare_for_forward();
+  }
   int buffers_from = group.ranks()[0];
   int divisor = group.size();
   if (join && group.size() > 1) {
@@ -209,6 +212,7 @@ void DDPCore::before_forward(const JoinOptions* join) {
 void DDPCore::after_forward(const std::vector<at::Tensor>& outputs) {
   if (require_sync_ && at::GradMode::is_enabled()) {
     reducer_->prepare_for_backward(outputs);
+    reducer_->stats().forward_ended();
   } else {
     reducer_->disarm();
     if (mixed_precision_) mixed_precision_->restore();  // no backward will end this forward

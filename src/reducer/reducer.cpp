@@ -166,6 +166,16 @@ void Reducer::release_unused_buffers() {
   }
 }
 
+std::vector<int64_t> Reducer::bucket_sizes_bytes() const {
+  std::vector<int64_t> sizes;
+  for (const auto& bucket : buckets_) {
+    int64_t elements = 0;
+    for (size_t index : bucket.parameters) elements += parameters_[index].numel();
+    sizes.push_back(elements * static_cast<int64_t>(bucket_options(bucket).dtype().itemsize()));
+  }
+  return sizes;
+}
+
 size_t Reducer::bucket_bytes() const {
   size_t bytes = 0;
   for (const auto& bucket : buckets_) {
@@ -377,7 +387,7 @@ void Reducer::mark_ready(size_t index, bool got_gradient) {
   stage_gradient(index, got_gradient);
   Bucket& bucket = buckets_[slots_[index].bucket];
   --bucket.pending;
-  --unready_;
+  if (--unready_ == 0) stats_.gradients_ready();
   auto& engine = torch::autograd::Engine::get_default_engine();
   if (recording_) {
     ready_order_.push_back(index);
@@ -540,8 +550,12 @@ bool Reducer::launch_ready_buckets() {
                                                     : averaged_[bucket.parameters[position]]);
         }
       }
+      int64_t bytes = 0;
+      for (const auto& input : inputs) bytes += static_cast<int64_t>(input.nbytes());
+      stats_.bucket_launched(bytes);
       bucket.work = premul_sum_async(std::move(inputs), std::move(outputs), average_, group_);
     } else {
+      stats_.bucket_launched(static_cast<int64_t>(bucket.buffer.nbytes()));
       bucket.work = reduce_flat_async(next_bucket_, bucket.buffer);
     }
     ++next_bucket_;
@@ -617,6 +631,7 @@ void Reducer::finalize_backward() {
   if (options_.deliver_averages) options_.deliver_averages(averages);
   finalized_ = true;
   armed_ = false;
+  stats_.backward_finished(static_cast<int64_t>(unused_.size()));
   if (timeline && backward_started_us_ > 0) {
     timeline_span("DistributedDataParallel backward", "ddp", backward_started_us_,
                   timeline_now_us());

@@ -42,6 +42,7 @@
 #include "ddp/comm_hooks.h"
 #include "ddp/process_group.h"
 #include "reducer/gradient_routes.h"
+#include "reducer/step_stats.h"
 
 namespace ddp::detail {
 
@@ -96,6 +97,14 @@ class Reducer {
   std::vector<Route> routes() const;
   /// For tests: the bytes of the buckets' buffers now allocated.
   size_t bucket_bytes() const;
+
+  /// For DDP's statistics (include/ddp/ddp_stats.h): the recorder that the reducer marks in
+  /// backward, each bucket's bytes in its dtype (reduction order), the rebuilds so far.
+  StepStatsRecorder& stats() { return stats_; }
+  std::vector<int64_t> bucket_sizes_bytes() const;
+  int64_t rebuilds() const { return has_rebuilt_ ? 1 : 0; }
+  bool has_comm_hook() const { return static_cast<bool>(comm_hook_); }
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
 
  private:
   struct Bucket {
@@ -190,6 +199,7 @@ class Reducer {
   std::vector<at::Tensor> averaged_;
   bool has_rebuilt_ = false;
   int64_t backward_started_us_ = 0;  // the first hook of this backward, for the timeline
+  StepStatsRecorder stats_;
 };
 
 }  // namespace ddp::detail

@@ -22,10 +22,10 @@ cd "$work"
 run() { timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$example" --data data --batch-size 16 "$@"; }
 
 outputs() { echo --checkpoint "$1.pt" --metrics "$1.csv" --loss-csv "$1_loss.csv" --plot "$1.svg"; }
-run --epochs 2 --log-every 3 $(outputs whole) > whole.log
-run --epochs 1 --log-every 3 $(outputs resumed) > first.log
+run --epochs 2 --log-every 3 $(outputs whole) --stats-csv whole_stats.csv > whole.log
+run --epochs 1 --log-every 3 $(outputs resumed) --stats-csv resumed_stats.csv > first.log
 rm resumed.csv resumed_loss.csv resumed.svg  # the resumed run rebuilds them from the checkpoint
-run --epochs 2 --log-every 3 $(outputs resumed) --resume > second.log
+run --epochs 2 --log-every 3 $(outputs resumed) --resume --stats-csv resumed_stats.csv > second.log
 grep -q "resumed from resumed.pt after epoch 1" second.log
 tail -n 1 whole.log | grep -q '"test_accuracy"'
 tail -n 1 whole.log | grep -q '"world_size": 2'
@@ -38,6 +38,15 @@ cmp whole_loss.csv resumed_loss.csv
 [ "$(cut -d, -f1-3 whole.csv)" = "$(cut -d, -f1-3 resumed.csv)" ] || {
   paste -d'|' whole.csv resumed.csv; exit 1; }
 [ "$(wc -l < resumed.csv)" = 3 ]
+# DDP's statistics: a line per epoch; one CSV row per step, appended to by the resumed run, every
+# step reducing the same bytes in the same buckets.
+[ "$(grep -c "ddp stats, epoch .* (rank 0, mean of 8 steps)" whole.log)" = 2 ] || { cat whole.log; exit 1; }
+for csv in whole_stats.csv resumed_stats.csv; do
+  head -n 1 $csv | grep -q "^epoch,step,forward_ms,backward_compute_ms,exposed_communication_ms,"
+  [ "$(tail -n +2 $csv | cut -d, -f1-2 | tr '\n' ' ')" = \
+    "1,1 1,2 1,3 1,4 1,5 1,6 1,7 1,8 2,9 2,10 2,11 2,12 2,13 2,14 2,15 2,16 " ] || { cat $csv; exit 1; }
+  [ "$(tail -n +2 $csv | cut -d, -f7-8 | sort -u | wc -l)" = 1 ] || { cat $csv; exit 1; }
+done
 for svg in whole.svg resumed.svg; do
   grep -q "<svg" $svg
   [ "$(grep -c "<circle" $svg)" = 5 ]  # two epoch means, their legend's dot, two accuracies
