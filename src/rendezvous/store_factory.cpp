@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -93,24 +95,57 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
   }
 }
 
-// After destroy_process_group and a new init on the same port, a fast rank can reach rank 0's
-// previous server in the moment before rank 0 closes it. Such a server is recognisable: a ddp-cpp
-// rank 0 marked it (kJobStartedKey) once its world was complete, and where rank 0 was a PyTorch
-// 1.13 rank, which sets no key of ours, its init barrier already counts every rank. A client that
-// finds one reconnects until the new server answers.
+// The previous job's server, as the last init of this process on another rank than 0 left it: a
+// connection kept open to it, to learn when rank 0 closes it (listener_probe.h).
+std::mutex previous_server_mutex;
+std::unique_ptr<ServerCloseWatch> previous_server;  // GUARDED_BY(previous_server_mutex)
+
+// Before connecting again to the address of the previous job's server, waits (until `deadline`)
+// for rank 0 to close that server. Connecting to it while it closes is not only wasted: on
+// libtorch 1.13 a TCPStore client starts a thread that listens for key updates, and that thread
+// ends the process (an uncaught "Connection reset by peer") when the server closes while the
+// thread's own connection still waits in the server's queue of connections to accept.
+void wait_for_previous_server(const RendezvousSpec& spec,
+                              std::chrono::steady_clock::time_point deadline) {
+  std::lock_guard<std::mutex> lock(previous_server_mutex);
+  if (previous_server && previous_server->host() == spec.host &&
+      previous_server->port() == spec.port) {
+    previous_server->wait_closed(deadline);
+  }
+  previous_server.reset();
+}
+
+void watch_server(const RendezvousSpec& spec) {
+  auto watch = ServerCloseWatch::open(spec.host, spec.port,
+                                      std::chrono::steady_clock::now() + std::chrono::seconds(1));
+  std::lock_guard<std::mutex> lock(previous_server_mutex);
+  previous_server = std::move(watch);
+}
+
+// After destroy_process_group and a new init on the same port, a fast rank could reach rank 0's
+// previous server in the moment before rank 0 closes it: it waits for that server to close
+// first, where this process took part in its job. Where it did not, or that server outlives the
+// wait, the server is still recognisable: a ddp-cpp rank 0 marked it (kJobStartedKey) once its
+// world was complete, and where rank 0 was a PyTorch 1.13 rank, which sets no key of ours, its
+// init barrier already counts every rank. A client that finds one reconnects until the new server
+// answers.
 c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
                                                      std::chrono::milliseconds timeout) {
   if (spec.rank == 0) return connect_tcp_store(spec, timeout, timeout);
   const std::string init_barrier = std::string(kDefaultGroupPrefix) + "/store_based_barrier_key:1";
   const std::string started = std::string(kDefaultGroupPrefix) + "/" + kJobStartedKey;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  wait_for_previous_server(spec, deadline);
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     try {
       auto store = connect_tcp_store(spec, std::max(left, std::chrono::milliseconds(1)), timeout);
-      if (!store->check({started}) && store->add(init_barrier, 0) < spec.world_size) return store;
+      if (!store->check({started}) && store->add(init_barrier, 0) < spec.world_size) {
+        watch_server(spec);
+        return store;
+      }
     } catch (const std::exception&) {
       // The old server closed while we connected or asked: the next connection reaches the new
       // one. Out of time, the connection's own error is the one to report.
