@@ -37,6 +37,8 @@ std::string fresh_folder() {
 
 // K steps of DDP on 2 ranks with a bucket per parameter, a mark per step and a checkpoint save.
 void train(const std::string& backend, const std::string& dir, int rank) {
+  // Across hosts: each rank poses as a host of its own, so that the buckets cross between leaders.
+  if (backend == "hierarchical") ::setenv("DDP_CPP_HOST_ID", rank == 0 ? "a" : "b", 1);
   ddp::init_process_group(ddp::InitOptions().backend(backend).timeline_path(dir));
   torch::manual_seed(0);
   auto net = torch::nn::Sequential();
@@ -111,6 +113,7 @@ void check_two_rank_timeline(const std::string& backend) {
     if (phase == "b" && name == "all_reduce" &&
         event["args"]["call"].as_string() == "DistributedDataParallel gradient bucket") {
       ++bucket_collectives[pid];  // the bucket's own collective (its step check is another)
+      EXPECT_EQ(event["args"]["backend"].as_string(), backend);
     }
     if (phase != "X") continue;
     rows[{pid, event["tid"].as_int()}].push_back(&event);
@@ -156,6 +159,10 @@ TEST(Timeline, ATwoRankDdpRunHoldsEveryBucketAllReduceOncePerStepInsideItsBackwa
 
 TEST(Timeline, ATwoRankDdpRunHoldsEveryBucketAllReduceOncePerStepInsideItsBackwardOnGloo) {
   check_two_rank_timeline("gloo");
+}
+
+TEST(Timeline, ATwoRankDdpRunHoldsEveryBucketAllReduceOncePerStepInsideItsBackwardAcrossHosts) {
+  check_two_rank_timeline("hierarchical");
 }
 
 TEST(Timeline, AFileCutShortByAKilledRankStillMergesAndTheCutLineIsNamed) {
