@@ -58,7 +58,7 @@ void OpQueue::run_head(std::unique_lock<std::mutex>& lock) {
   op = Op{};
   lock.lock();
   running_ = false;
-  changed_.notify_all();
+  if (waiters_ > 0 || !pending_.empty()) changed_.notify_all();
 }
 
 void OpQueue::help_until(const OpWork& work) {
@@ -67,7 +67,9 @@ void OpQueue::help_until(const OpWork& work) {
     if (!running_ && !pending_.empty()) {
       run_head(lock);
     } else {
+      ++waiters_;
       changed_.wait(lock);
+      --waiters_;
     }
   }
 }
@@ -89,7 +91,9 @@ void OpQueue::shut_down(const std::string& reason) {
     stopping_ = true;
     stop_reason_ = reason;
     // An op already running finishes (its waits are bounded); the queued ones never start.
+    ++waiters_;
     changed_.wait(lock, [&] { return !running_; });
+    --waiters_;
     abandoned.swap(pending_);
     changed_.notify_all();
   }

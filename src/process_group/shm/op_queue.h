@@ -61,6 +61,11 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
 
   std::mutex mutex_;
   std::condition_variable changed_;
+  // Threads other than the worker waiting on changed_ (in help_until or shut_down): an op's end
+  // wakes nobody when there are none and nothing is queued behind it, so that a synchronous
+  // collective does not wake the idle worker (a system call, and a thread that takes a core from
+  // a spinning peer, for every call).
+  int waiters_ = 0;
   std::deque<Op> pending_;
   bool running_ = false;
   bool stopping_ = false;
