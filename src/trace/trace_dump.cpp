@@ -10,12 +10,12 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <mutex>
 #include <thread>
 
+#include "common/atomic_file.h"
 #include "common/json_text.h"
 
 namespace ddp::detail {
@@ -204,19 +204,11 @@ std::string dump_flight_records(const std::string& reason) {
   const auto groups = live_recorders(&in_force);
   if (in_force.dir.empty() || groups.empty()) return "";
   const std::string path = in_force.dir + "/rank" + std::to_string(in_force.rank) + ".json";
-  const std::string temporary = path + ".tmp" + std::to_string(::getpid());
   try {
     const std::string text = flight_records_json(groups, in_force, reason);
     if (!make_folder(in_force.dir)) throw std::runtime_error(std::strerror(errno));
-    std::FILE* file = std::fopen(temporary.c_str(), "w");
-    if (!file) throw std::runtime_error(std::strerror(errno));
-    const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-    const bool closed = std::fclose(file) == 0;
-    if (!written || !closed || std::rename(temporary.c_str(), path.c_str()) != 0) {
-      const std::string cause = std::strerror(errno);
-      std::remove(temporary.c_str());
-      throw std::runtime_error(cause);
-    }
+    const AtomicWriteResult written = write_file_atomically(path, text);
+    if (!written.ok()) throw std::runtime_error(std::strerror(written.error));
     return path;
   } catch (const std::exception& error) {
     std::cerr << "[rank " << in_force.rank << "] ddp flight recorder: cannot write " << path << ": "
