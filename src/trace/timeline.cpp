@@ -3,7 +3,6 @@
 #include <c10/core/ScalarType.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -162,12 +161,6 @@ std::string complete_event(const std::string& name, const char* category, int64_
 std::string bucket_row_name(int bucket) { return "DDP bucket " + std::to_string(bucket); }
 
 }  // namespace
-
-int64_t timeline_now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string resolve_timeline_dir(const std::string& option, const char* env_value) {
   if (!option.empty()) return option;

@@ -27,6 +27,8 @@
 #include <cstdint>
 #include <string>
 
+#include "trace/system_clock.h"
+
 namespace c10d {
 class Store;
 }
@@ -40,7 +42,7 @@ extern std::atomic<bool> timeline_enabled;
 inline bool timeline_on() { return timeline_enabled.load(std::memory_order_relaxed); }
 
 /// Microseconds since the epoch on this rank's system clock (what the timeline's events take).
-int64_t timeline_now_us();
+inline int64_t timeline_now_us() { return system_clock_us(); }
 
 /// The folder: `option` when not empty, else DDP_CPP_TIMELINE (`env_value`, null when unset),
 /// else "" (no timeline).

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <iostream>
@@ -17,6 +16,7 @@
 
 #include "common/atomic_file.h"
 #include "common/json_text.h"
+#include "trace/system_clock.h"
 
 namespace ddp::detail {
 namespace {
@@ -166,9 +166,7 @@ std::string flight_records_json(const std::vector<std::shared_ptr<FlightRecorder
                                 const TraceSettings& in_force, const std::string& reason) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  const int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now = system_clock_us();
   std::string out = "{\"version\":1,\"rank\":" + std::to_string(in_force.rank) +
                     ",\"world_size\":" + std::to_string(in_force.world_size) +
                     ",\"pid\":" + std::to_string(::getpid()) + ",\"host\":";
