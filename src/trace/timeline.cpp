@@ -162,11 +162,6 @@ std::string bucket_row_name(int bucket) { return "DDP bucket " + std::to_string(
 
 }  // namespace
 
-std::string resolve_timeline_dir(const std::string& option, const char* env_value) {
-  if (!option.empty()) return option;
-  return env_value != nullptr ? std::string(env_value) : std::string();
-}
-
 void open_timeline(const std::string& dir, int rank) { TimelineWriter::instance().open(dir, rank); }
 
 void start_timeline(int64_t clock_offset_us) {

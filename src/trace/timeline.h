@@ -44,10 +44,6 @@ inline bool timeline_on() { return timeline_enabled.load(std::memory_order_relax
 /// Microseconds since the epoch on this rank's system clock (what the timeline's events take).
 inline int64_t timeline_now_us() { return system_clock_us(); }
 
-/// The folder: `option` when not empty, else DDP_CPP_TIMELINE (`env_value`, null when unset),
-/// else "" (no timeline).
-std::string resolve_timeline_dir(const std::string& option, const char* env_value);
-
 /// Makes <dir>/timeline_rank<rank>.json (replacing one left there), before the rendezvous, so
 /// that a folder that cannot be written fails init_process_group at once, on the rank that has
 /// it. Throws InvalidArgumentError then. Records nothing until start_timeline.
