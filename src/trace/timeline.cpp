@@ -286,12 +286,16 @@ void mark(const std::string& name) {
   if (detail::timeline_on()) detail::timeline_instant(name, "user", detail::timeline_now_us());
 }
 
-Range::Range(std::string name)
-    : name_(std::move(name)), start_us_(detail::timeline_on() ? detail::timeline_now_us() : -1) {}
+Range::Range(std::string name) : Range(std::move(name), "user") {}
+
+Range::Range(std::string name, const char* category)
+    : name_(std::move(name)),
+      category_(category),
+      start_us_(detail::timeline_on() ? detail::timeline_now_us() : -1) {}
 
 Range::~Range() {
   if (start_us_ >= 0 && detail::timeline_on()) {
-    detail::timeline_span(name_, "user", start_us_, detail::timeline_now_us());
+    detail::timeline_span(name_, category_, start_us_, detail::timeline_now_us());
   }
 }
 

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ddp/timeline.h"
 #include "trace/system_clock.h"
 
 namespace c10d {
@@ -76,23 +77,11 @@ void timeline_collective(const TraceEntry& entry, const std::string& group);
 /// Names this thread's row ("autograd"); the first name given wins.
 void name_timeline_thread(const char* name);
 
-/// A complete event on this thread from construction to destruction (nothing while off).
-class TimelineSpan {
+/// A complete event on this thread from construction to destruction (nothing while off): the
+/// user's ddp::timeline::Range, in the library's own `category`.
+class TimelineSpan : public ddp::timeline::Range {
  public:
-  TimelineSpan(const char* name, const char* category)
-      : name_(name), category_(category), start_us_(timeline_on() ? timeline_now_us() : -1) {}
-  ~TimelineSpan() {
-    if (start_us_ >= 0 && timeline_on()) {
-      timeline_span(name_, category_, start_us_, timeline_now_us());
-    }
-  }
-  TimelineSpan(const TimelineSpan&) = delete;
-  TimelineSpan& operator=(const TimelineSpan&) = delete;
-
- private:
-  const char* name_;
-  const char* category_;
-  int64_t start_us_;
+  TimelineSpan(const char* name, const char* category) : Range(name, category) {}
 };
 
 }  // namespace ddp::detail
