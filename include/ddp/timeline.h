@@ -35,8 +35,14 @@ class Range {
   Range(const Range&) = delete;
   Range& operator=(const Range&) = delete;
 
+ protected:
+  /// The library's own spans (a checkpoint save): `category` instead of "user", a string that
+  /// outlives the range.
+  Range(std::string name, const char* category);
+
  private:
   std::string name_;
+  const char* category_;
   int64_t start_us_;  // -1: the timeline was off
 };
 

@@ -1,19 +1,12 @@
 #include "ddp/checkpoint.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -23,6 +16,7 @@
 #include "checkpoint/optimizer_state.h"
 #include "checkpoint/python_pickle.h"
 #include "checkpoint/torch_save_format.h"
+#include "common/atomic_file.h"
 #include "common/error_context.h"
 #include "ddp/collectives.h"
 #include "ddp/errors.h"
@@ -63,107 +57,27 @@ NamedTensors module_state(const torch::nn::Module& module) {
   return without_common_prefix(std::move(entries));
 }
 
-std::string folder_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-std::string base_name(const std::string& path) {
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// The writer of "<name>.tmp.<pid>.<time>.<n>" is certainly gone when no process has its pid
-// (ESRCH) and nobody holds the file's lock: the writer holds it while writing, and the kernel
-// drops it when the writer dies. The pid test alone could be fooled by a writer in another pid
-// namespace or on another host sharing the folder; the lock alone, by the moment between a
-// writer's open and its flock.
-bool writer_is_gone(const std::string& tmp, const std::string& pid_text) {
-  char* end = nullptr;
-  long pid = std::strtol(pid_text.c_str(), &end, 10);
-  if (pid_text.empty() || *end != '\0' || pid <= 0 || pid == ::getpid()) return false;
-  if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) return false;
-  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool unlocked = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-  ::close(fd);
-  return unlocked;
-}
-
-// A save killed mid-write leaves its temporary file behind; the next save of the same path
-// removes those whose writer is gone, and never a live writer's. Best effort: a file that cannot
-// be examined stays.
-void remove_stale_temporaries(const std::string& path) {
-  const std::string prefix = base_name(path) + ".tmp.";
-  const std::string folder = folder_of(path);
-  DIR* dir = ::opendir(folder.c_str());
-  if (dir == nullptr) return;
-  while (const dirent* entry = ::readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string rest = name.substr(prefix.size());
-    const std::string tmp = folder + "/" + name;
-    if (writer_is_gone(tmp, rest.substr(0, rest.find('.')))) ::unlink(tmp.c_str());
-  }
-  ::closedir(dir);
-}
-
 struct WriteFailure {
   std::string cause;      // "" on success
   bool bad_path = false;  // the caller's path is unusable (no such folder, not writable)
 };
 
-// Writes `bytes` to `path` atomically: a uniquely named temporary file in the same folder,
-// written, fsync'ed and renamed over `path`, then the folder fsync'ed. The temporary file never
-// survives a failure of this process (a killed one's is removed by the next save).
+// Writes `bytes` to `path` atomically and durably (common/atomic_file.h). The temporary file never
+// survives a failure of this process; a killed one's is removed by the next save.
 WriteFailure write_atomically(const std::string& path, const std::vector<char>& bytes) {
-  static std::atomic<unsigned> counter{0};
-  remove_stale_temporaries(path);
-  auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(now) + "." +
-                    std::to_string(counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int error = errno;
-    return {"cannot create the temporary file " + tmp + ": " + errno_text(error) +
-                ". Does the folder " + folder_of(path) + " exist and is it writable?",
-            error == ENOENT || error == ENOTDIR || error == EACCES || error == EROFS};
-  }
-  // Held until this process closes the file or dies: it marks the file as being written.
-  ::flock(fd, LOCK_EX | LOCK_NB);
-  auto give_up = [&](const std::string& step) {
-    int error = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    return WriteFailure{"cannot " + step + " " + tmp + ": " + errno_text(error)};
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return give_up("write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) return give_up("fsync");
-  int closed = ::close(fd);
-  fd = -1;
-  if (closed != 0) return give_up("close");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int error = errno;
-    ::unlink(tmp.c_str());
-    return {"cannot rename " + tmp + " to " + path + ": " + errno_text(error),
-            error == EISDIR || error == EACCES};
-  }
-  int dir = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);  // best effort: the file is in place; some filesystems refuse fsync on folders
-    ::close(dir);
-  }
-  return {};
+  detail::remove_stale_temporaries(path);
+  detail::AtomicWriteOptions options;
+  options.durable = true;
+  options.mode = 0644;
+  const detail::AtomicWriteResult written =
+      detail::write_file_atomically(path, std::string_view(bytes.data(), bytes.size()), options);
+  if (written.ok()) return {};
+  const int error = written.error;
+  const bool bad_path =
+      written.failed_step == "create"
+          ? error == ENOENT || error == ENOTDIR || error == EACCES || error == EROFS
+          : written.failed_step == "rename" && (error == EISDIR || error == EACCES);
+  return {written.message(), bad_path};
 }
 
 std::vector<char> serialize(const torch::nn::Module& module,

@@ -49,6 +49,14 @@ CollectiveCall::~CollectiveCall() {
   }
 }
 
+Work make_work(CollectiveCall& call, c10::intrusive_ptr<c10d::Work> work,
+               std::function<void()> on_success) {
+  auto state =
+      std::make_shared<WorkState>(std::move(work), call.operation(), std::move(on_success));
+  state->poll_limit = call.completion_poll_limit();
+  return Work(std::move(state));
+}
+
 void CollectiveCall::mark_started() {
   if (trace_) trace_->recorder->mark_started(*trace_);
 }

@@ -107,4 +107,10 @@ class CollectiveCall {
   std::optional<ActiveTraceScope> active_;
 };
 
+/// The user's handle to `work`, the backend's work for `call`: its wait polls completion as long
+/// as the call's completion_poll_limit(), its errors name the call's operation, and `on_success`
+/// (may be null: nothing to copy back) runs once the work has completed.
+Work make_work(CollectiveCall& call, c10::intrusive_ptr<c10d::Work> work,
+               std::function<void()> on_success);
+
 }  // namespace ddp::detail

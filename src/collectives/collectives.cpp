@@ -38,14 +38,6 @@ c10::intrusive_ptr<c10d::Work> launch(CollectiveCall& call, uint64_t payload, Bo
   }
 }
 
-Work make_work(CollectiveCall& call, c10::intrusive_ptr<c10d::Work> work,
-               std::function<void()> on_success) {
-  auto state =
-      std::make_shared<detail::WorkState>(std::move(work), call.operation(), std::move(on_success));
-  state->poll_limit = call.completion_poll_limit();
-  return Work(std::move(state));
-}
-
 void wait_now(CollectiveCall& call, const c10::intrusive_ptr<c10d::Work>& work) {
   try {
     detail::wait_for_backend_work(*work, call.completion_poll_limit());

@@ -15,7 +15,6 @@
 #include "collectives/unverified.h"
 #include "common/error_context.h"
 #include "ddp/collectives.h"
-#include "process_group/work_state.h"
 
 namespace ddp {
 namespace {
@@ -32,14 +31,6 @@ c10::intrusive_ptr<c10d::Work> flat_launch(CollectiveCall& call, Body&& body) {
   } catch (const std::exception& error) {
     detail::rethrow_backend_failure(call.operation(), error);
   }
-}
-
-Work flat_work(CollectiveCall& call, c10::intrusive_ptr<c10d::Work> work,
-               std::function<void()> on_success) {
-  auto state =
-      std::make_shared<detail::WorkState>(std::move(work), call.operation(), std::move(on_success));
-  state->poll_limit = call.completion_poll_limit();
-  return Work(std::move(state));
 }
 
 // The checks both calls share: one dtype, and the larger tensor `size` times the smaller.
@@ -82,7 +73,7 @@ Work all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input,
   at::Tensor staged_input = call.stage(input, "input");
   at::Tensor staged_output = call.stage(output, "output");
   if (verify) call.verify_matching_call(staged_input);
-  if (input.numel() == 0) return flat_work(call, empty_meeting(call, how), nullptr);
+  if (input.numel() == 0) return make_work(call, empty_meeting(call, how), nullptr);
   // Both staged on one device: a device tensor that no backend takes went to the host with both.
   // A backend that takes the flat call natively (hierarchical, NCCL) before the one that
   // all-gathers lists.
@@ -93,7 +84,7 @@ Work all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input,
   auto work = flat_launch(
       chosen, [&] { return backend.all_gather_into_tensor(staged_output, staged_input, how); });
   at::Tensor target = output;
-  return flat_work(chosen, work, [target, staged_output]() mutable {
+  return make_work(chosen, work, [target, staged_output]() mutable {
     CollectiveCall::unstage(target, staged_output);
   });
 }
@@ -119,13 +110,13 @@ Work reduce_scatter_tensor_async(at::Tensor& output, const at::Tensor& input, Re
   Backend& backend = native ? call.backend(staged_output) : *all_reducer;
   auto reduce = detail::backend_reduce(op, output, call, backend);
   if (verify) call.verify_matching_call(staged_input, -1, static_cast<int>(op));
-  if (output.numel() == 0) return flat_work(call, empty_meeting(call, how), nullptr);
+  if (output.numel() == 0) return make_work(call, empty_meeting(call, how), nullptr);
   at::Tensor target = output;
   if (native) {
     auto work = flat_launch(call, [&] {
       return backend.reduce_scatter_tensor(staged_output, staged_input, reduce.op, how);
     });
-    return flat_work(call, work, [target, staged_output, reduce, size]() mutable {
+    return make_work(call, work, [target, staged_output, reduce, size]() mutable {
       if (reduce.divide_by_size) detail::divide_by(staged_output, size);
       CollectiveCall::unstage(target, staged_output);
     });
@@ -134,7 +125,7 @@ Work reduce_scatter_tensor_async(at::Tensor& output, const at::Tensor& input, Re
   at::Tensor whole = staged_input.clone();
   auto work = flat_launch(call, [&] { return backend.all_reduce(whole, reduce.op, how); });
   const int64_t offset = call.group().group_rank * staged_output.numel();
-  return flat_work(call, work, [target, staged_output, whole, offset, reduce, size]() mutable {
+  return make_work(call, work, [target, staged_output, whole, offset, reduce, size]() mutable {
     at::Tensor mine = whole.view(-1).narrow(0, offset, staged_output.numel());
     if (reduce.divide_by_size) detail::divide_by(mine, size);
     staged_output.view(-1).copy_(mine);

@@ -89,7 +89,7 @@ void init_process_group(const InitOptions& options) {
   trace.rank = spec.rank;
   trace.world_size = spec.world_size;
   const auto timeline_env = env("DDP_CPP_TIMELINE");
-  const std::string timeline_dir = detail::resolve_timeline_dir(
+  const std::string timeline_dir = detail::resolve_trace_dir(
       options.timeline_path(), timeline_env ? timeline_env->c_str() : nullptr);
   auto state = std::make_unique<detail::ProcessState>();
   state->backends = backend_choice_of(backend, spec);

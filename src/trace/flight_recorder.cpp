@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fstream>
 
 #include "common/error_context.h"
+#include "trace/system_clock.h"
 #include "trace/timeline.h"
 
 namespace ddp::detail {
@@ -23,12 +23,6 @@ thread_local const char* tls_label = nullptr;
 thread_local TraceSlot* tls_active_slot = nullptr;
 
 constexpr size_t kDefaultTraceBuffer = 2000;
-
-int64_t system_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Time stamps: a collective takes three. A read of the system clock costs about 40 ns on this
 // project's VMs and the TSC's about 14: the difference is a good part of what the recorder adds to
@@ -47,7 +41,7 @@ class TraceClock {
 #if defined(__x86_64__)
     if (tsc_) return static_cast<int64_t>(__rdtsc());
 #endif
-    return system_us();
+    return system_clock_us();
   }
 
   // Turns ticks of now() into microseconds since the epoch; 0 (never) stays 0.
@@ -72,7 +66,7 @@ class TraceClock {
     // A rate measured over at least a millisecond: within a microsecond over the records' span.
     do {
       tsc_now = now();
-      wall_now = system_us();
+      wall_now = system_clock_us();
     } while (wall_now - wall0_ < 1000 && wall_now >= wall0_);
     if (wall_now <= wall0_) return convert;  // the system clock went back: raw ticks
     convert.ticks_per_us_ =
@@ -90,7 +84,7 @@ class TraceClock {
     tsc_ = (source >> name) && name == "tsc";
 #endif
     tsc0_ = now();
-    wall0_ = system_us();
+    wall0_ = system_clock_us();
   }
 
   bool tsc_ = false;

@@ -165,8 +165,9 @@ class TraceLabel {
 /// (`env_value`, null when unset) when set, else 2000. Throws InvalidArgumentError for a negative
 /// or malformed environment value, or an option below -1.
 size_t resolve_trace_buffer(int64_t option, const char* env_value);
-/// Where the records go: `option` when not empty, else DDP_CPP_TRACE_DIR (`env_value`, null when
-/// unset), else "" (nowhere).
+/// The folder a trace goes to: `option` when not empty, else the environment's value (`env_value`,
+/// null when unset), else "" (nowhere). For the flight records (InitOptions().trace_dir,
+/// DDP_CPP_TRACE_DIR) and the timeline (InitOptions().timeline_path, DDP_CPP_TIMELINE) alike.
 std::string resolve_trace_dir(const std::string& option, const char* env_value);
 
 }  // namespace ddp::detail

@@ -3,7 +3,6 @@
 #include <c10/core/ScalarType.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -163,17 +162,6 @@ std::string bucket_row_name(int bucket) { return "DDP bucket " + std::to_string(
 
 }  // namespace
 
-int64_t timeline_now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string resolve_timeline_dir(const std::string& option, const char* env_value) {
-  if (!option.empty()) return option;
-  return env_value != nullptr ? std::string(env_value) : std::string();
-}
-
 void open_timeline(const std::string& dir, int rank) { TimelineWriter::instance().open(dir, rank); }
 
 void start_timeline(int64_t clock_offset_us) {
@@ -298,12 +286,16 @@ void mark(const std::string& name) {
   if (detail::timeline_on()) detail::timeline_instant(name, "user", detail::timeline_now_us());
 }
 
-Range::Range(std::string name)
-    : name_(std::move(name)), start_us_(detail::timeline_on() ? detail::timeline_now_us() : -1) {}
+Range::Range(std::string name) : Range(std::move(name), "user") {}
+
+Range::Range(std::string name, const char* category)
+    : name_(std::move(name)),
+      category_(category),
+      start_us_(detail::timeline_on() ? detail::timeline_now_us() : -1) {}
 
 Range::~Range() {
   if (start_us_ >= 0 && detail::timeline_on()) {
-    detail::timeline_span(name_, "user", start_us_, detail::timeline_now_us());
+    detail::timeline_span(name_, category_, start_us_, detail::timeline_now_us());
   }
 }
 

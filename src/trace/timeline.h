@@ -27,6 +27,9 @@
 #include <cstdint>
 #include <string>
 
+#include "ddp/timeline.h"
+#include "trace/system_clock.h"
+
 namespace c10d {
 class Store;
 }
@@ -40,11 +43,7 @@ extern std::atomic<bool> timeline_enabled;
 inline bool timeline_on() { return timeline_enabled.load(std::memory_order_relaxed); }
 
 /// Microseconds since the epoch on this rank's system clock (what the timeline's events take).
-int64_t timeline_now_us();
-
-/// The folder: `option` when not empty, else DDP_CPP_TIMELINE (`env_value`, null when unset),
-/// else "" (no timeline).
-std::string resolve_timeline_dir(const std::string& option, const char* env_value);
+inline int64_t timeline_now_us() { return system_clock_us(); }
 
 /// Makes <dir>/timeline_rank<rank>.json (replacing one left there), before the rendezvous, so
 /// that a folder that cannot be written fails init_process_group at once, on the rank that has
@@ -78,23 +77,11 @@ void timeline_collective(const TraceEntry& entry, const std::string& group);
 /// Names this thread's row ("autograd"); the first name given wins.
 void name_timeline_thread(const char* name);
 
-/// A complete event on this thread from construction to destruction (nothing while off).
-class TimelineSpan {
+/// A complete event on this thread from construction to destruction (nothing while off): the
+/// user's ddp::timeline::Range, in the library's own `category`.
+class TimelineSpan : public ddp::timeline::Range {
  public:
-  TimelineSpan(const char* name, const char* category)
-      : name_(name), category_(category), start_us_(timeline_on() ? timeline_now_us() : -1) {}
-  ~TimelineSpan() {
-    if (start_us_ >= 0 && timeline_on()) {
-      timeline_span(name_, category_, start_us_, timeline_now_us());
-    }
-  }
-  TimelineSpan(const TimelineSpan&) = delete;
-  TimelineSpan& operator=(const TimelineSpan&) = delete;
-
- private:
-  const char* name_;
-  const char* category_;
-  int64_t start_us_;
+  TimelineSpan(const char* name, const char* category) : Range(name, category) {}
 };
 
 }  // namespace ddp::detail

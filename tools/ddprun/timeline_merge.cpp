@@ -3,11 +3,11 @@
 #include <dirent.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "json_value.h"
 
 namespace ddprun {
@@ -124,19 +124,13 @@ MergedTimeline MergeTimeline(const std::string& dir) {
   }
   text += "\n],\"displayTimeUnit\":\"ms\"}\n";
   const std::string path = dir + "/timeline.json";
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.flush()) {
-      merged.problems.push_back("cannot write " + temporary);
-      std::remove(temporary.c_str());
-      return merged;
-    }
+  const ddp::detail::AtomicWriteResult written = ddp::detail::write_file_atomically(path, text);
+  if (written.failed_step == "rename") {
+    merged.problems.push_back("cannot rename " + written.temporary + " to " + path);
+    return merged;
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    merged.problems.push_back("cannot rename " + temporary + " to " + path);
-    std::remove(temporary.c_str());
+  if (!written.ok()) {
+    merged.problems.push_back("cannot write " + written.temporary);
     return merged;
   }
   merged.path = path;

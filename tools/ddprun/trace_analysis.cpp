@@ -3,11 +3,11 @@
 #include <dirent.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "json_value.h"
 
 namespace ddprun {
@@ -310,11 +310,7 @@ bool WriteDiagnosis(const std::string& dir, std::string* printed) {
   *printed = diagnosis.Summary();
   if (diagnosis.ranks_read.empty()) return false;
   const std::string path = dir + "/diagnosis.json";
-  const std::string temporary = path + ".tmp";
-  std::ofstream out(temporary);
-  out << diagnosis.Json();
-  out.close();
-  if (!out || std::rename(temporary.c_str(), path.c_str()) != 0) {
+  if (!ddp::detail::write_file_atomically(path, diagnosis.Json()).ok()) {
     *printed += "ddprun: cannot write " + path + "\n";
     return false;
   }

@@ -37,6 +37,35 @@ std::vector<uint8_t> encode_host_failure(const std::exception& error) {
   return {text.begin(), text.end()};
 }
 
+// How the all-gather and the reduce-scatter lay the ranks' parts of `numel` elements out between
+// hosts: one block per host, in host order, each as long as the widest host's parts; in a block,
+// the host's ranks in local-rank order, then padding.
+struct HostBlocks {
+  HostBlocks(const HostTopology& topology, int64_t numel) : topology(topology), numel(numel) {
+    size_t widest = 0;
+    for (const auto& members : topology.members) widest = std::max(widest, members.size());
+    block = static_cast<int64_t>(widest) * numel;
+  }
+
+  // Where local rank `j`'s part starts in host `host`'s block.
+  int64_t offset(int host, size_t j) const {
+    return host * block + static_cast<int64_t>(j) * numel;
+  }
+
+  // Calls visit(group rank, offset of its part) for every rank, host by host.
+  template <typename Visit>
+  void for_each_part(Visit&& visit) const {
+    for (int host = 0; host < topology.hosts(); ++host) {
+      const auto& ranks = topology.members[host];
+      for (size_t j = 0; j < ranks.size(); ++j) visit(ranks[j], offset(host, j));
+    }
+  }
+
+  const HostTopology& topology;
+  int64_t numel;
+  int64_t block = 0;  // elements per host
+};
+
 [[noreturn]] void fail_like_host_failure(const char* operation, const std::string& stored) {
   int kind = 0;
   int lost_rank = -1;
@@ -199,9 +228,8 @@ void HierarchicalBackend::all_gather_into_tensor_now(const at::Tensor& output,
                                                      const at::Tensor& input) {
   const char* operation = "all_gather_into_tensor";
   const int64_t numel = input.numel();
-  size_t widest = 0;
-  for (const auto& members : topology_.members) widest = std::max(widest, members.size());
-  const int64_t block = static_cast<int64_t>(widest) * numel;
+  const HostBlocks layout(topology_, numel);
+  const int64_t block = layout.block;
   at::Tensor line = input.reshape(-1);
   run_across_hosts(operation, [&] {
     // This host's ranks, in local-rank order, padded to the widest host.
@@ -210,7 +238,7 @@ void HierarchicalBackend::all_gather_into_tensor_now(const at::Tensor& output,
     if (local_) {
       std::vector<void*> slots;
       for (size_t j = 0; j < members.size(); ++j) {
-        slots.push_back(host_block.narrow(0, j * numel, numel).data_ptr());
+        slots.push_back(host_block.narrow(0, layout.offset(0, j), numel).data_ptr());
       }
       local_->all_gather(line.data_ptr(), line.nbytes(), slots);
     } else {
@@ -227,13 +255,9 @@ void HierarchicalBackend::all_gather_into_tensor_now(const at::Tensor& output,
     }
     if (local_) local_->broadcast(every_host.data_ptr(), every_host.nbytes(), 0, operation);
     at::Tensor out = output.view(-1);
-    for (int host = 0; host < topology_.hosts(); ++host) {
-      const auto& ranks = topology_.members[host];
-      for (size_t j = 0; j < ranks.size(); ++j) {
-        out.narrow(0, ranks[j] * numel, numel)
-            .copy_(every_host.narrow(0, host * block + static_cast<int64_t>(j) * numel, numel));
-      }
-    }
+    layout.for_each_part([&](int rank, int64_t offset) {
+      out.narrow(0, rank * numel, numel).copy_(every_host.narrow(0, offset, numel));
+    });
   });
 }
 
@@ -262,22 +286,19 @@ void HierarchicalBackend::reduce_scatter_now(const at::Tensor& output,
                                              const std::vector<at::Tensor>& inputs, RedOp op) {
   const char* operation = "reduce_scatter";
   const int64_t numel = output.numel();
-  size_t widest = 0;
-  for (const auto& members : topology_.members) widest = std::max(widest, members.size());
-  const int64_t block = static_cast<int64_t>(widest) * numel;
+  const HostBlocks layout(topology_, numel);
+  const int64_t block = layout.block;
   run_across_hosts(operation, [&] {
     // The inputs laid out as one block per host, each host's ranks in local-rank order, padded
     // to the widest host with zeros (reduced, never read): a copy, as the inputs must stay as
     // they were.
     at::Tensor blocks = at::empty({block * topology_.hosts()}, output.options());
+    layout.for_each_part([&](int rank, int64_t offset) {
+      blocks.narrow(0, offset, numel).copy_(inputs[rank].reshape(-1));
+    });
     for (int host = 0; host < topology_.hosts(); ++host) {
-      const auto& ranks = topology_.members[host];
-      for (size_t j = 0; j < ranks.size(); ++j) {
-        blocks.narrow(0, host * block + static_cast<int64_t>(j) * numel, numel)
-            .copy_(inputs[ranks[j]].reshape(-1));
-      }
-      const int64_t used = static_cast<int64_t>(ranks.size()) * numel;
-      blocks.narrow(0, host * block + used, block - used).zero_();
+      const int64_t padding = layout.offset(host, topology_.members[host].size());
+      blocks.narrow(0, padding, (host + 1) * block - padding).zero_();
     }
     if (local_) {
       local_->all_reduce(blocks.data_ptr(), blocks.numel(), blocks.scalar_type(), op, operation);
