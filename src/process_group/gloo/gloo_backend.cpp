@@ -76,11 +76,10 @@ std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>
         error);
   }
   c10::intrusive_ptr<GlooWithConnections> group;
-  try {
-    group = connect_gloo_group(store, group_rank, group_size, options, timeout, operation);
-  } catch (const DistributedError&) {
-    throw;
-  } catch (const std::exception& error) {
+  // A timeout, this rank's own or one that another rank reported (its note, as a TimeoutError),
+  // is named by the ranks that never arrived where there are any: they are its cause, whichever
+  // waiting rank's clock ran out first.
+  auto name_missing_ranks = [&] {
     std::vector<int> arrived = ranks_that_arrived(*store, group_size);
     wait_until_every_arrived_rank_has_looked(*store, group_rank, arrived, timeout);
     if (static_cast<int>(arrived.size()) < group_size) {
@@ -97,6 +96,20 @@ std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>
                                         "). Start every rank with the same world size, or raise "
                                         "InitOptions().timeout.");
     }
+  };
+  try {
+    group = connect_gloo_group(store, group_rank, group_size, options, timeout, operation);
+  } catch (const TimeoutError&) {
+    // Only where ranks are missing: a peer's timeout among ranks that all arrived (one stopped,
+    // say) is already named, and nobody would wait here for a stopped rank to look.
+    if (static_cast<int>(ranks_that_arrived(*store, group_size).size()) < group_size) {
+      name_missing_ranks();
+    }
+    throw;
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& error) {
+    name_missing_ranks();
     rethrow_backend_failure(operation, error);
   }
   C10dTraits traits;
