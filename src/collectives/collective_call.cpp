@@ -75,7 +75,8 @@ void CollectiveCall::record_tensor(const at::Tensor& tensor) const {
 void CollectiveCall::record_backend(const Backend& backend) const {
   if (!trace_ || backend_recorded_) return;
   backend_recorded_ = true;
-  name_backend(*trace_, backend.name());
+  trace_->backend = backend.lasting_name();
+  trace_->changed = true;
 }
 
 int CollectiveCall::group_rank_of(int rank, const char* what) const {

@@ -2,12 +2,23 @@
 
 #include <stdexcept>
 
+#include "trace/flight_recorder.h"
+
 namespace ddp::detail {
 
 void Backend::not_taken(const char* call) const {
   // A broken invariant, not a user's mistake: the group gives each call to a backend that takes it.
   throw std::logic_error("ddp-cpp bug: backend '" + name() + "' was given " + call +
                          ", which it does not take");
+}
+
+const char* Backend::lasting_name() const {
+  const char* known = lasting_name_.load(std::memory_order_acquire);
+  if (known == nullptr) {
+    known = lasting_backend_name(name());
+    lasting_name_.store(known, std::memory_order_release);
+  }
+  return known;
 }
 
 BackendWork Backend::all_reduce(at::Tensor&, RedOp, Launch) { not_taken("all_reduce"); }

@@ -18,6 +18,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -66,6 +67,9 @@ class Backend {
 
   /// "gloo", "shm", "hierarchical", "nccl": what get_backend() and messages say.
   virtual std::string name() const = 0;
+  /// name() as a string that lives as long as the process, looked up once: what the flight
+  /// recorder writes into every entry without building a string per collective.
+  const char* lasting_name() const;
   /// True when this backend carries `collective` on tensors like `like` (its device, dtype and
   /// layout; undefined for a barrier). The group asks its backends in order.
   virtual bool takes(Collective collective, const at::Tensor& like) const = 0;
@@ -132,6 +136,8 @@ class Backend {
  private:
   /// A call the backend does not take: a bug above this layer.
   [[noreturn]] void not_taken(const char* call) const;
+
+  mutable std::atomic<const char*> lasting_name_{nullptr};  // lasting_name(), once looked up
 };
 
 }  // namespace ddp::detail

@@ -146,7 +146,7 @@ FlightRecorder::FlightRecorder(size_t capacity, std::string group_name,
 
 uint64_t FlightRecorder::open(const std::string& operation, const char* call) {
   const int64_t queued = now_ticks();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<RingLock> lock(mutex_);
   const uint64_t sequence = next_sequence_++;
   TraceEntry& entry = ring_[sequence % ring_.size()];
   entry = TraceEntry();
@@ -173,7 +173,7 @@ TraceEntry* FlightRecorder::find_described(const TraceSlot& slot) {
 }
 
 void FlightRecorder::describe(TraceSlot& slot) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<RingLock> lock(mutex_);
   find_described(slot);
   slot.changed = false;
 }
@@ -182,7 +182,7 @@ void FlightRecorder::mark_started(TraceSlot& slot) {
   if (slot.started) return;
   slot.started = true;
   const int64_t started = now_ticks();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<RingLock> lock(mutex_);
   TraceEntry* entry = find_described(slot);
   slot.changed = false;
   if (entry && entry->state == TraceState::kQueued) {
@@ -193,7 +193,7 @@ void FlightRecorder::mark_started(TraceSlot& slot) {
 
 void FlightRecorder::mark_completed(const TraceSlot& slot) {
   const int64_t finished = now_ticks();
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<RingLock> lock(mutex_);
   TraceEntry* entry = find_described(slot);
   if (entry && entry->state != TraceState::kFailed) {
     entry->state = TraceState::kCompleted;
@@ -202,7 +202,7 @@ void FlightRecorder::mark_completed(const TraceSlot& slot) {
   }
 }
 
-void FlightRecorder::show_on_timeline(const TraceEntry& entry, std::unique_lock<std::mutex>& lock) {
+void FlightRecorder::show_on_timeline(const TraceEntry& entry, std::unique_lock<RingLock>& lock) {
   TraceEntry shown = entry;
   lock.unlock();
   const TraceClock::Converter to_us = TraceClock::instance().converter();
@@ -214,7 +214,7 @@ void FlightRecorder::show_on_timeline(const TraceEntry& entry, std::unique_lock<
 
 void FlightRecorder::mark_failed(const TraceSlot& slot, TraceFailure failure) {
   const int64_t finished = now_ticks();
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<RingLock> lock(mutex_);
   TraceEntry* entry = find_described(slot);
   if (!entry) return;
   if (entry->state != TraceState::kFailed) {
@@ -228,14 +228,14 @@ void FlightRecorder::mark_failed(const TraceSlot& slot, TraceFailure failure) {
 }
 
 TraceFailure FlightRecorder::failure_of(uint64_t sequence) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<RingLock> lock(mutex_);
   const TraceEntry& entry = ring_[sequence % ring_.size()];
   if (entry.sequence != sequence || entry.state != TraceState::kFailed) return TraceFailure::kNone;
   return entry.failure;
 }
 
 std::vector<TraceEntry> FlightRecorder::entries() const {
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<RingLock> lock(mutex_);
   std::vector<TraceEntry> held;
   held.reserve(ring_.size());
   const uint64_t count = next_sequence_ - 1;
@@ -253,21 +253,16 @@ std::vector<TraceEntry> FlightRecorder::entries() const {
   return held;
 }
 
-void name_backend(TraceSlot& slot, const std::string& backend) {
+const char* lasting_backend_name(const std::string& backend) {
   // The backends' names, then any other (a backend added later) kept for the process.
   for (const char* known : {"shm", "gloo", "hierarchical", "nccl"}) {
-    if (backend == known) {
-      slot.backend = known;
-      slot.changed = true;
-      return;
-    }
+    if (backend == known) return known;
   }
   static std::mutex mutex;
   static std::deque<std::string> others;  // never shrinks: entries point into it
   std::lock_guard<std::mutex> lock(mutex);
   auto found = std::find(others.begin(), others.end(), backend);
-  slot.backend = (found != others.end() ? *found : others.emplace_back(backend)).c_str();
-  slot.changed = true;
+  return (found != others.end() ? *found : others.emplace_back(backend)).c_str();
 }
 
 TraceLabel::TraceLabel(const char* call) : previous_(tls_label) { tls_label = call; }

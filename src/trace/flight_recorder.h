@@ -10,19 +10,38 @@
 // entries; dump_flight_records (trace_dump.h) writes them as JSON.
 //
 // Cost, which is why the recorder can stay on: entries are fixed-size and preallocated (no
-// allocation per call), and a collective takes the group's mutex three times (open, start, end),
-// uncontended but for a dump or a Work waited on by another thread; what it learns in between
-// waits in its TraceSlot. Thread-safety: every member function may be called from any
-// thread.
+// allocation per call), and a collective takes the group's ring lock (RingLock) three times
+// (open, start, end), uncontended but for a dump or a Work waited on by another thread; what it
+// learns in between waits in its TraceSlot. Thread-safety: every member function may be called
+// from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ddp::detail {
+
+/// The ring's lock. Held for a few stores at a time, almost never contended (a dump, or a Work
+/// waited on by another thread): taking it is one atomic exchange and releasing it a plain store,
+/// where a std::mutex costs an atomic operation and a library call each way, which a collective
+/// pays three times. A holder that takes long (a dump copying the ring) makes the others yield.
+class RingLock {
+ public:
+  void lock() {
+    while (held_.exchange(true, std::memory_order_acquire)) {
+      while (held_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> held_{false};
+};
 
 /// How an entry stands. kFailed says which kind of error ended it where that is known.
 enum class TraceState : uint8_t { kQueued, kStarted, kCompleted, kFailed };
@@ -79,8 +98,8 @@ struct TraceSlot {
   explicit operator bool() const { return recorder != nullptr; }
 };
 
-/// Sets the slot's backend name: a string that lives as long as the process, found once per name.
-void name_backend(TraceSlot& slot, const std::string& backend);
+/// `backend` as a string that lives as long as the process, found once per name.
+const char* lasting_backend_name(const std::string& backend);
 
 /// Makes `slot` the entry that this thread is making or waiting for, for a scope: a WorkState made
 /// in it takes the slot over, and a failure raised in it (note_trace_failure) marks it. Scopes
@@ -133,9 +152,9 @@ class FlightRecorder : public std::enable_shared_from_this<FlightRecorder> {
   // ring has wrapped over it.
   TraceEntry* find_described(const TraceSlot& slot);
   // The timeline is on: hands a copy of the finished entry to it, after unlocking `lock`.
-  void show_on_timeline(const TraceEntry& entry, std::unique_lock<std::mutex>& lock);
+  void show_on_timeline(const TraceEntry& entry, std::unique_lock<RingLock>& lock);
 
-  mutable std::mutex mutex_;
+  mutable RingLock mutex_;
   std::vector<TraceEntry> ring_;  // GUARDED_BY(mutex_)
   uint64_t next_sequence_ = 1;    // GUARDED_BY(mutex_)
   const std::string group_name_;

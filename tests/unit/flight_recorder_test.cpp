@@ -110,6 +110,20 @@ TEST(FlightRecorderUnit, AnOptionGivenWinsOverTheEnvironmentWhichWinsOverTheDefa
   EXPECT_EQ(resolve_trace_dir("", nullptr), "");
 }
 
+TEST(FlightRecorderUnit, ABackendsNameIsKeptOnceAndOutlivesTheStringItCameFrom) {
+  using ddp::detail::lasting_backend_name;
+  EXPECT_STREQ(lasting_backend_name("shm"), "shm");
+  EXPECT_EQ(lasting_backend_name(std::string("nccl")), lasting_backend_name("nccl"));
+  const char* other = nullptr;
+  {
+    std::string made_here = "a backend added later";
+    other = lasting_backend_name(made_here);
+    made_here.assign(made_here.size(), 'x');
+  }
+  EXPECT_STREQ(other, "a backend added later");
+  EXPECT_EQ(lasting_backend_name("a backend added later"), other);
+}
+
 TEST(FlightRecorderUnit, TheDumpIsJsonThatDdprunReadsBack) {
   auto recorder = std::make_shared<FlightRecorder>(8, "3", std::vector<int>{1, 2}, 2);
   recorder->open("all_reduce", "a \"quoted\"\nlabel");
@@ -121,7 +135,8 @@ TEST(FlightRecorderUnit, TheDumpIsJsonThatDdprunReadsBack) {
   tensor.sizes[1] = 4;
   auto slot = slot_of(recorder, 1);
   slot.tensor = tensor;
-  ddp::detail::name_backend(slot, "gloo");
+  slot.backend = ddp::detail::lasting_backend_name("gloo");
+  slot.changed = true;
   recorder->mark_failed(slot, TraceFailure::kMismatch);
   ddp::detail::TraceSettings settings;
   settings.rank = 2;
