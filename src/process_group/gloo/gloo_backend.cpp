@@ -79,8 +79,7 @@ std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>
   // A timeout, this rank's own or one that another rank reported (its note, as a TimeoutError),
   // is named by the ranks that never arrived where there are any: they are its cause, whichever
   // waiting rank's clock ran out first.
-  auto name_missing_ranks = [&] {
-    std::vector<int> arrived = ranks_that_arrived(*store, group_size);
+  auto name_missing_ranks = [&](const std::vector<int>& arrived) {
     wait_until_every_arrived_rank_has_looked(*store, group_rank, arrived, timeout);
     if (static_cast<int>(arrived.size()) < group_size) {
       std::vector<int> missing;
@@ -101,15 +100,24 @@ std::shared_ptr<Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>
     group = connect_gloo_group(store, group_rank, group_size, options, timeout, operation);
   } catch (const TimeoutError&) {
     // Only where ranks are missing: a peer's timeout among ranks that all arrived (one stopped,
-    // say) is already named, and nobody would wait here for a stopped rank to look.
-    if (static_cast<int>(ranks_that_arrived(*store, group_size).size()) < group_size) {
-      name_missing_ranks();
+    // say) is already named, and nobody would wait here for a stopped rank to look. And only
+    // where the store answered every question: rank 0, which hosts it, may have reported the
+    // peer's timeout and exited already, and a rank the store could not be asked about is not
+    // a rank that never arrived. It still answers after the questions, so it answered them all.
+    const std::vector<int> arrived = ranks_that_arrived(*store, group_size);
+    bool store_answers = false;
+    try {
+      store_answers = store->check({arrival_key(group_rank)});
+    } catch (const std::exception&) {
+    }
+    if (store_answers && static_cast<int>(arrived.size()) < group_size) {
+      name_missing_ranks(arrived);
     }
     throw;
   } catch (const DistributedError&) {
     throw;
   } catch (const std::exception& error) {
-    name_missing_ranks();
+    name_missing_ranks(ranks_that_arrived(*store, group_size));
     rethrow_backend_failure(operation, error);
   }
   C10dTraits traits;
