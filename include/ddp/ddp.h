@@ -10,6 +10,7 @@
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"
 #include "ddp/errors.h"
+#include "ddp/fully_shard.h"
 #include "ddp/init.h"
 #include "ddp/join.h"
 #include "ddp/mixed_precision.h"

@@ -1,0 +1,179 @@
+// The public side of fully_shard: the unit module, rebuilding a Sequential into units, and the
+// views of a sharded model (its shards, its whole state).
+#include "ddp/fully_shard.h"
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <map>
+#include <utility>
+
+#include "common/error_context.h"
+#include "fully_shard/gather_before_backward.h"
+#include "fully_shard/sharded_unit.h"
+
+namespace ddp {
+namespace {
+
+// The model and its descendants, as plain pointers: modules() would need the model itself held
+// by a shared_ptr (a module on the stack is a fine model here).
+std::vector<torch::nn::Module*> modules_of(const torch::nn::Module& model) {
+  // modules() of a const module is not offered: it is only read here.
+  auto& mutable_model = const_cast<torch::nn::Module&>(model);
+  std::vector<torch::nn::Module*> modules{&mutable_model};
+  for (const auto& module : mutable_model.modules(/*include_self=*/false)) {
+    modules.push_back(module.get());
+  }
+  return modules;
+}
+
+std::vector<std::shared_ptr<detail::ShardedUnit>> units_of(const torch::nn::Module& model) {
+  std::vector<std::shared_ptr<detail::ShardedUnit>> units;
+  for (auto* module : modules_of(model)) {
+    if (auto* unit = dynamic_cast<FullyShardedUnitImpl*>(module)) {
+      units.push_back(unit->sharded_unit());
+    }
+  }
+  return units;
+}
+
+struct Owner {
+  detail::ShardedUnit* unit;
+  size_t index;
+};
+
+std::map<const c10::TensorImpl*, Owner> owners_of(
+    const std::vector<std::shared_ptr<detail::ShardedUnit>>& units) {
+  std::map<const c10::TensorImpl*, Owner> owners;
+  for (const auto& unit : units) {
+    for (size_t i = 0; i < unit->parameters().size(); ++i) {
+      owners[unit->parameters()[i].unsafeGetTensorImpl()] = {unit.get(), i};
+    }
+  }
+  return owners;
+}
+
+}  // namespace
+
+FullyShardedUnitImpl::FullyShardedUnitImpl(torch::nn::AnyModule module,
+                                           const FullyShardOptions& options)
+    : module_(std::move(module)) {
+  if (module_.is_empty()) {
+    detail::fail<InvalidArgumentError>("fully_shard",
+                                       "the module is empty; pass a constructed module");
+  }
+  const auto inner = module_.ptr();
+  for (const auto& nested : inner->modules()) {
+    if (dynamic_cast<FullyShardedUnitImpl*>(nested.get()) != nullptr) {
+      detail::fail<InvalidArgumentError>(
+          "fully_shard", "the module " + inner->name() +
+                             " already holds a FullyShardedUnit; units do not nest: shard each "
+                             "module once, the innermost units of your choice");
+    }
+  }
+  // The unsharded model's names: the module's own parameters, buffers and children, here.
+  for (const auto& item : inner->named_parameters(/*recurse=*/false)) {
+    register_parameter(item.key(), item.value(), item.value().requires_grad());
+  }
+  for (const auto& item : inner->named_buffers(/*recurse=*/false)) {
+    register_buffer(item.key(), item.value());
+  }
+  for (const auto& item : inner->named_children()) register_module(item.key(), item.value());
+  unit_ = std::make_shared<detail::ShardedUnit>(inner->parameters(), options);
+}
+
+FullyShardedUnitImpl::~FullyShardedUnitImpl() = default;
+
+torch::Tensor FullyShardedUnitImpl::forward(torch::Tensor input) {
+  unit_->before_forward();
+  torch::Tensor output;
+  try {
+    output = module_.forward(std::move(input));
+  } catch (...) {
+    unit_->after_forward();
+    throw;
+  }
+  unit_->after_forward();
+  if (c10::GradMode::is_enabled() && output.requires_grad()) {
+    output = detail::GatherBeforeBackward::apply(output, unit_);
+  }
+  return output;
+}
+
+void FullyShardedUnitImpl::set_requires_gradient_sync(bool sync) {
+  unit_->set_requires_gradient_sync(sync);
+}
+
+void fully_shard(torch::nn::Sequential& model, const FullyShardOptions& options) {
+  if (model.is_empty()) {
+    detail::fail<InvalidArgumentError>("fully_shard",
+                                       "the Sequential is empty; pass a constructed one");
+  }
+  if (!units_of(*model).empty()) {
+    detail::fail<InvalidArgumentError>("fully_shard",
+                                       "the model already holds FullyShardedUnits; shard it once");
+  }
+  const auto names = model->named_children();
+  torch::nn::Sequential rebuilt;
+  size_t index = 0;
+  for (const auto& element : *model) {
+    const std::string& name = names[index++].key();
+    if (element.ptr()->parameters().empty()) {
+      rebuilt->push_back(name, element);
+    } else {
+      rebuilt->push_back(name, torch::nn::AnyModule(FullyShardedUnit(element, options)));
+    }
+  }
+  model = rebuilt;
+}
+
+std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& model) {
+  const auto units = units_of(model);
+  if (units.empty()) {
+    detail::fail<InvalidArgumentError>(
+        "sharded_parameters",
+        "the model holds no FullyShardedUnit; shard it first (ddp::fully_shard)");
+  }
+  const auto owners = owners_of(units);
+  std::vector<at::Tensor> shards;
+  for (const auto& item : model.named_parameters()) {
+    if (!owners.count(item.value().unsafeGetTensorImpl())) {
+      detail::fail<InvalidArgumentError>(
+          "sharded_parameters",
+          "the parameter " + item.key() +
+              " is outside every FullyShardedUnit: nothing would average its gradient across "
+              "ranks. Put the module that holds it in a unit");
+    }
+    shards.push_back(item.value());
+  }
+  return shards;
+}
+
+void set_requires_gradient_sync(torch::nn::Module& model, bool sync) {
+  for (auto* module : modules_of(model)) {
+    if (auto* unit = dynamic_cast<FullyShardedUnitImpl*>(module)) {
+      unit->set_requires_gradient_sync(sync);
+    }
+  }
+}
+
+torch::OrderedDict<std::string, at::Tensor> full_state_dict(const torch::nn::Module& model) {
+  const auto units = units_of(model);
+  const auto owners = owners_of(units);
+  std::vector<bool> gathered_here;
+  for (const auto& unit : units) gathered_here.push_back(unit->gather_if_released());
+  torch::OrderedDict<std::string, at::Tensor> state;
+  c10::NoGradGuard no_grad;
+  for (const auto& item : model.named_parameters()) {
+    auto owner = owners.find(item.value().unsafeGetTensorImpl());
+    state.insert(item.key(), owner == owners.end()
+                                 ? item.value().detach().clone()
+                                 : owner->second.unit->whole_view(owner->second.index).clone());
+  }
+  for (const auto& item : model.named_buffers()) state.insert(item.key(), item.value().clone());
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (gathered_here[i]) units[i]->reshard();
+  }
+  return state;
+}
+
+}  // namespace ddp

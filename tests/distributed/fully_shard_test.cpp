@@ -1,0 +1,234 @@
+// fully_shard: the same parameters as DDP (within 1e-6, to the bit where it happens) and as one
+// process with the whole batch, at 2, 3 and 4 ranks, with and without reshard_after_forward, with
+// parameters whose rows do not divide by the group size; the shards that parameters() holds;
+// gradient accumulation without communication; errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "ddp/ddp.h"
+#include "support/multiprocess.h"
+
+using ddp::testing::run_ranks_ok;
+
+namespace {
+
+constexpr auto kShardTimeout = std::chrono::seconds(20);
+constexpr int kGlobalBatch = 12;  // divisible by 2, 3 and 4
+
+// Rows 10, 7 and 3: none divides by every group size (at 4 ranks the last rank of the 3-row
+// parameters holds none).
+torch::nn::Sequential shard_mlp() {
+  torch::nn::Sequential net(torch::nn::Linear(6, 10), torch::nn::Tanh(), torch::nn::Linear(10, 7),
+                            torch::nn::Tanh(), torch::nn::Linear(7, 3));
+  torch::NoGradGuard no_grad;
+  int k = 0;
+  for (auto& p : net->parameters()) {
+    p.copy_(
+        (0.3 * torch::cos(torch::arange(p.numel(), torch::kFloat) * 0.1 + k++)).reshape(p.sizes()));
+  }
+  return net;
+}
+
+torch::Tensor shard_inputs(int step) {
+  return torch::sin(torch::arange(kGlobalBatch * 6, torch::kFloat) * 0.37 + step).view({-1, 6});
+}
+
+torch::Tensor shard_targets(int step) {
+  return torch::cos(torch::arange(kGlobalBatch * 3, torch::kFloat) * 0.5 + 2 * step).view({-1, 3});
+}
+
+// A backward on this rank's rows of the global batch (all of them for world 1).
+void shard_backward(const std::function<torch::Tensor(torch::Tensor)>& forward, int step, int rank,
+                    int world) {
+  const int rows = kGlobalBatch / world;
+  auto x = shard_inputs(step).narrow(0, rank * rows, rows);
+  auto y = shard_targets(step).narrow(0, rank * rows, rows);
+  torch::mse_loss(forward(x), y).backward();
+}
+
+torch::Tensor flat(const torch::OrderedDict<std::string, torch::Tensor>& state) {
+  std::vector<torch::Tensor> lines;
+  for (const auto& item : state) lines.push_back(item.value().reshape(-1));
+  return torch::cat(lines);
+}
+
+torch::Tensor flat_parameters(const torch::nn::Module& net) {
+  std::vector<torch::Tensor> lines;
+  for (const auto& p : net.parameters()) lines.push_back(p.detach().reshape(-1));
+  return torch::cat(lines);
+}
+
+torch::optim::SGD sgd(std::vector<torch::Tensor> parameters) {
+  return torch::optim::SGD(std::move(parameters), torch::optim::SGDOptions(0.1).momentum(0.9));
+}
+
+// Trains fully_shard, DDP and one process side by side for 12 steps and compares after each.
+void expect_sharded_equals_ddp(const std::string& backend, int world, bool reshard_after_forward) {
+  run_ranks_ok(world, [&](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend(backend).timeout(kShardTimeout));
+    auto net_sharded = shard_mlp();
+    const auto names = net_sharded->named_parameters().keys();
+    ddp::fully_shard(net_sharded,
+                     ddp::FullyShardOptions().reshard_after_forward(reshard_after_forward));
+    auto net_ddp = shard_mlp();
+    auto net_alone = shard_mlp();
+    ddp::DistributedDataParallel model_ddp(net_ddp);
+    auto optimizer_sharded = sgd(ddp::sharded_parameters(*net_sharded));
+    auto optimizer_ddp = sgd(net_ddp->parameters());
+    auto optimizer_alone = sgd(net_alone->parameters());
+    bool bitwise = true;
+    for (int step = 0; step < 12; ++step) {
+      for (auto* optimizer : {&optimizer_sharded, &optimizer_ddp, &optimizer_alone}) {
+        optimizer->zero_grad();
+      }
+      shard_backward([&](torch::Tensor x) { return net_sharded->forward(x); }, step, rank, world);
+      shard_backward([&](torch::Tensor x) { return model_ddp(x); }, step, rank, world);
+      shard_backward([&](torch::Tensor x) { return net_alone->forward(x); }, step, 0, 1);
+      for (auto* optimizer : {&optimizer_sharded, &optimizer_ddp, &optimizer_alone}) {
+        optimizer->step();
+      }
+      const auto whole = ddp::full_state_dict(*net_sharded);
+      ASSERT_EQ(whole.keys(), names) << "the unsharded model's names";
+      const auto sharded = flat(whole);
+      const auto reference = flat_parameters(*net_ddp);
+      ASSERT_TRUE(torch::allclose(sharded, reference, 0, 1e-6))
+          << backend << " x" << world << " step " << step << ": max difference from DDP "
+          << (sharded - reference).abs().max().item<double>();
+      bitwise = bitwise && torch::equal(sharded, reference);
+    }
+    const auto sharded = flat(ddp::full_state_dict(*net_sharded));
+    const auto alone = flat_parameters(*net_alone);
+    EXPECT_TRUE(torch::allclose(sharded, alone, 0, 2e-5))
+        << "max difference from one process with the whole batch: "
+        << (sharded - alone).abs().max().item<double>();
+    if (rank == 0) {
+      std::fprintf(stderr, "%s x%d reshard_after_forward=%d: %s DDP's\n", backend.c_str(), world,
+                   reshard_after_forward, bitwise ? "bitwise equal to" : "within 1e-6 of");
+    }
+  });
+}
+
+}  // namespace
+
+TEST(FullyShard, EqualsDdpAndOneProcessAtTwoThreeAndFourRanks) {
+  for (int world : {2, 3, 4}) {
+    for (bool reshard : {true, false}) expect_sharded_equals_ddp("shm", world, reshard);
+  }
+}
+
+TEST(FullyShard, EqualsDdpOnGlooWhereReduceScatterIsComposed) {
+  expect_sharded_equals_ddp("gloo", 3, true);
+}
+
+TEST(FullyShard, ParametersHoldThisRanksRowsOutsideForwardAndBackward) {
+  run_ranks_ok(4, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(kShardTimeout));
+    auto net = shard_mlp();
+    std::map<std::string, torch::Tensor> whole;  // copies: the tensors themselves become shards
+    for (const auto& item : net->named_parameters()) whole[item.key()] = item.value().clone();
+    ddp::fully_shard(net);
+    // Chunks of ceil(rows / 4): 3 of 10 rows (the last rank 1), 2 of 7 (the last 1), 1 of 3 (the
+    // last none).
+    const int64_t rows_10[] = {3, 3, 3, 1};
+    const int64_t rows_7[] = {2, 2, 2, 1};
+    const int64_t rows_3[] = {1, 1, 1, 0};
+    auto shards = net->named_parameters();
+    EXPECT_EQ(shards["0.weight"].sizes(), torch::IntArrayRef({rows_10[rank], 6}));
+    EXPECT_EQ(shards["0.bias"].sizes(), torch::IntArrayRef({rows_10[rank]}));
+    EXPECT_EQ(shards["2.weight"].sizes(), torch::IntArrayRef({rows_7[rank], 10}));
+    EXPECT_EQ(shards["4.weight"].sizes(), torch::IntArrayRef({rows_3[rank], 7}));
+    for (const auto& item : shards) {
+      const int64_t chunk = (whole[item.key()].size(0) + 3) / 4;
+      EXPECT_TRUE(torch::equal(
+          item.value(),
+          whole[item.key()].narrow(0, std::min(rank * chunk, whole[item.key()].size(0)),
+                                   item.value().size(0))))
+          << item.key();
+    }
+    // After a step the gradients are the shards' too.
+    shard_backward([&](torch::Tensor x) { return net->forward(x); }, 0, rank, 4);
+    for (const auto& item : net->named_parameters()) {
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      EXPECT_EQ(item.value().grad().sizes(), item.value().sizes()) << item.key();
+    }
+    // Under NoGradGuard a forward reshards too: the parameters are shards again after it.
+    {
+      torch::NoGradGuard no_grad;
+      (void)net->forward(shard_inputs(0));
+    }
+    EXPECT_EQ(net->named_parameters()["0.weight"].sizes(), torch::IntArrayRef({rows_10[rank], 6}));
+  });
+}
+
+// Two backwards without gradient sync, then one with: the same as DDP's no_sync over the same
+// three micro-batches.
+TEST(FullyShard, GradientAccumulationWithoutSyncEqualsDdpNoSync) {
+  run_ranks_ok(2, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(kShardTimeout));
+    auto net_sharded = shard_mlp();
+    ddp::fully_shard(net_sharded);
+    auto net_ddp = shard_mlp();
+    ddp::DistributedDataParallel model_ddp(net_ddp);
+    auto optimizer_sharded = sgd(ddp::sharded_parameters(*net_sharded));
+    auto optimizer_ddp = sgd(net_ddp->parameters());
+    for (int step = 0; step < 3; ++step) {
+      optimizer_sharded.zero_grad();
+      optimizer_ddp.zero_grad();
+      for (int micro = 0; micro < 3; ++micro) {
+        const bool last = micro == 2;
+        ddp::set_requires_gradient_sync(*net_sharded, last);
+        shard_backward([&](torch::Tensor x) { return net_sharded->forward(x); }, 3 * step + micro,
+                       rank, 2);
+        if (last) {
+          shard_backward([&](torch::Tensor x) { return model_ddp(x); }, 3 * step + micro, rank, 2);
+        } else {
+          auto guard = model_ddp.no_sync();
+          shard_backward([&](torch::Tensor x) { return model_ddp(x); }, 3 * step + micro, rank, 2);
+        }
+      }
+      optimizer_sharded.step();
+      optimizer_ddp.step();
+      const auto sharded = flat(ddp::full_state_dict(*net_sharded));
+      const auto reference = flat_parameters(*net_ddp);
+      ASSERT_TRUE(torch::allclose(sharded, reference, 0, 1e-6))
+          << "step " << step << ": max difference "
+          << (sharded - reference).abs().max().item<double>();
+    }
+  });
+}
+
+TEST(FullyShard, ErrorsNameWhatToDo) {
+  run_ranks_ok(2, [](int) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(kShardTimeout));
+    auto plain = shard_mlp();
+    try {
+      (void)ddp::sharded_parameters(*plain);
+      ADD_FAILURE() << "sharded_parameters of an unsharded model";
+    } catch (const ddp::InvalidArgumentError& error) {
+      EXPECT_NE(std::string(error.what()).find("ddp::fully_shard"), std::string::npos)
+          << error.what();
+    }
+    auto net = shard_mlp();
+    ddp::fully_shard(net);
+    try {
+      ddp::fully_shard(net);
+      ADD_FAILURE() << "sharding twice";
+    } catch (const ddp::InvalidArgumentError& error) {
+      EXPECT_NE(std::string(error.what()).find("shard it once"), std::string::npos) << error.what();
+    }
+    // A parameter outside every unit would never be averaged.
+    torch::nn::Module outer;
+    outer.register_module("0", net.ptr());
+    outer.register_module("1", torch::nn::Linear(3, 2).ptr());
+    try {
+      (void)ddp::sharded_parameters(outer);
+      ADD_FAILURE() << "a parameter outside the units";
+    } catch (const ddp::InvalidArgumentError& error) {
+      EXPECT_NE(std::string(error.what()).find("1.weight"), std::string::npos) << error.what();
+    }
+  });
+}
