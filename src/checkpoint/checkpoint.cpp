@@ -22,6 +22,7 @@
 #include "ddp/errors.h"
 #include "ddp/init.h"
 #include "ddp/zero_redundancy_optimizer.h"
+#include "fully_shard/sharded_module.h"
 #include "trace/flight_recorder.h"
 #include "trace/timeline.h"
 
@@ -122,10 +123,23 @@ std::string join(const std::vector<std::string>& names) {
 ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& module,
                                 torch::optim::Optimizer* optimizer, const LoadOptions& options);
 
+// A sharded model's parameters are this rank's rows: saving them would silently write a part of
+// the model, loading whole tensors into them cannot fit. Every rank decides alike, so none waits.
+void refuse_sharded_model(const char* operation, const torch::nn::Module& module) {
+  if (!detail::holds_fully_sharded_units(module)) return;
+  detail::fail<InvalidArgumentError>(
+      operation,
+      "the module is sharded by ddp::fully_shard: its parameters hold this rank's rows only. "
+      "Sharded checkpoints are not there yet; save ddp::full_state_dict(module) (whole tensors, "
+      "the unsharded names) with torch::save on one rank, or checkpoint the model before "
+      "sharding it");
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& module,
                      const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
+  refuse_sharded_model(kSave, module);
   detail::TimelineSpan span(kSave, "checkpoint");
   bool collective = is_initialized() && get_world_size() > 1;
   int rank = is_initialized() ? get_rank() : 0;
@@ -181,6 +195,7 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
 
 ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
                            torch::optim::Optimizer* optimizer, const LoadOptions& options) {
+  refuse_sharded_model(kLoad, module);
   try {
     return load_checkpoint_file(path, module, optimizer, options);
   } catch (const DistributedError&) {

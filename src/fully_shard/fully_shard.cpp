@@ -9,6 +9,7 @@
 
 #include "common/error_context.h"
 #include "fully_shard/gather_before_backward.h"
+#include "fully_shard/sharded_module.h"
 #include "fully_shard/sharded_unit.h"
 
 namespace ddp {
@@ -53,6 +54,12 @@ std::map<const c10::TensorImpl*, Owner> owners_of(
 }
 
 }  // namespace
+
+namespace detail {
+
+bool holds_fully_sharded_units(const torch::nn::Module& model) { return !units_of(model).empty(); }
+
+}  // namespace detail
 
 FullyShardedUnitImpl::FullyShardedUnitImpl(torch::nn::AnyModule module,
                                            const FullyShardOptions& options)

@@ -220,6 +220,21 @@ TEST(FullyShard, ErrorsNameWhatToDo) {
     } catch (const ddp::InvalidArgumentError& error) {
       EXPECT_NE(std::string(error.what()).find("shard it once"), std::string::npos) << error.what();
     }
+    // A checkpoint of the shards would be a part of the model, written as if whole.
+    for (bool save : {true, false}) {
+      try {
+        const std::string path = ddp::testing::fresh_path("checkpoint") + ".pt";
+        if (save) {
+          ddp::save_checkpoint(path, *net);
+        } else {
+          (void)ddp::load_checkpoint(path, *net);
+        }
+        ADD_FAILURE() << "a checkpoint of a sharded model";
+      } catch (const ddp::InvalidArgumentError& error) {
+        EXPECT_NE(std::string(error.what()).find("ddp::full_state_dict"), std::string::npos)
+            << error.what();
+      }
+    }
     // A parameter outside every unit would never be averaged.
     torch::nn::Module outer;
     outer.register_module("0", net.ptr());
