@@ -1,7 +1,7 @@
 #include "fully_shard/sharded_unit.h"
 
 #include <ATen/ATen.h>
-#include <ATen/native/TensorFactories.h>  // wrapped_scalar_tensor
+#include <ATen/ScalarOps.h>  // wrapped_scalar_tensor
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/variable.h>
