@@ -37,6 +37,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddp/process_group.h"
@@ -69,6 +70,22 @@ class FullyShardedUnitImpl : public torch::nn::Module {
   /// Gathers the parameters, runs the module, and frees them again as the options say.
   torch::Tensor forward(torch::Tensor input);
 
+  /// forward with the wrapped module's own arguments (a block's forward(h, mask)), for a model's
+  /// own forward to call: module.forward(args...) between the gather and the free. Its output is
+  /// a tensor.
+  template <typename... Args>
+  torch::Tensor call(Args&&... args) {
+    begin_forward();
+    torch::Tensor output;
+    try {
+      output = module_.forward(std::forward<Args>(args)...);
+    } catch (...) {
+      abandon_forward();
+      throw;
+    }
+    return end_forward(std::move(output));
+  }
+
   /// The wrapped module.
   std::shared_ptr<torch::nn::Module> module() const { return module_.ptr(); }
 
@@ -81,6 +98,10 @@ class FullyShardedUnitImpl : public torch::nn::Module {
   const std::shared_ptr<detail::ShardedUnit>& sharded_unit() const { return unit_; }
 
  private:
+  void begin_forward();
+  torch::Tensor end_forward(torch::Tensor output);
+  void abandon_forward();
+
   torch::nn::AnyModule module_;
   std::shared_ptr<detail::ShardedUnit> unit_;
 };
@@ -99,6 +120,11 @@ std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& model);
 
 /// set_requires_gradient_sync on every unit of `model`.
 void set_requires_gradient_sync(torch::nn::Module& model, bool sync);
+
+/// torch::nn::utils::clip_grad_norm_ for a sharded model: the norm of the whole model's gradient
+/// (every rank's shards together; collective over the units' group), and every shard's gradient
+/// scaled by max_norm / (norm + 1e-6) where that is below 1. Returns the norm before clipping.
+double clip_grad_norm_(torch::nn::Module& model, double max_norm, double norm_type = 2.0);
 
 /// Every parameter whole (gathered, copied out) and every buffer, under the names of the unsharded
 /// model, on every rank: what model.named_parameters() and named_buffers() held before sharding.

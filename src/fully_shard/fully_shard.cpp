@@ -4,10 +4,12 @@
 
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <cmath>
 #include <map>
 #include <utility>
 
 #include "common/error_context.h"
+#include "ddp/collectives.h"
 #include "fully_shard/gather_before_backward.h"
 #include "fully_shard/sharded_module.h"
 #include "fully_shard/sharded_unit.h"
@@ -90,21 +92,19 @@ FullyShardedUnitImpl::FullyShardedUnitImpl(torch::nn::AnyModule module,
 
 FullyShardedUnitImpl::~FullyShardedUnitImpl() = default;
 
-torch::Tensor FullyShardedUnitImpl::forward(torch::Tensor input) {
-  unit_->before_forward();
-  torch::Tensor output;
-  try {
-    output = module_.forward(std::move(input));
-  } catch (...) {
-    unit_->after_forward();
-    throw;
-  }
+torch::Tensor FullyShardedUnitImpl::forward(torch::Tensor input) { return call(std::move(input)); }
+
+void FullyShardedUnitImpl::begin_forward() { unit_->before_forward(); }
+
+torch::Tensor FullyShardedUnitImpl::end_forward(torch::Tensor output) {
   unit_->after_forward();
   if (c10::GradMode::is_enabled() && output.requires_grad()) {
     output = detail::GatherBeforeBackward::apply(output, unit_);
   }
   return output;
 }
+
+void FullyShardedUnitImpl::abandon_forward() { unit_->after_forward(); }
 
 void FullyShardedUnitImpl::set_requires_gradient_sync(bool sync) {
   unit_->set_requires_gradient_sync(sync);
@@ -161,6 +161,32 @@ void set_requires_gradient_sync(torch::nn::Module& model, bool sync) {
       unit->set_requires_gradient_sync(sync);
     }
   }
+}
+
+double clip_grad_norm_(torch::nn::Module& model, double max_norm, double norm_type) {
+  const auto shards = sharded_parameters(model);
+  const ProcessGroup& group = units_of(model).front()->group();
+  const bool infinity = std::isinf(norm_type);
+  c10::NoGradGuard no_grad;
+  // Each rank's part of the norm (a sum of |g|^p, or a maximum), then every rank's together: the
+  // shards partition every parameter's rows, so each element counts once.
+  at::Tensor part = at::zeros({1}, at::kDouble);
+  for (const auto& shard : shards) {
+    const at::Tensor& grad = shard.grad();
+    if (!grad.defined() || grad.numel() == 0) continue;
+    const at::Tensor norm = grad.detach().norm(norm_type).to(at::kDouble).reshape({1});
+    part = infinity ? at::maximum(part, norm) : part + norm.pow(norm_type);
+  }
+  ddp::all_reduce(part, infinity ? ReduceOp::MAX : ReduceOp::SUM, group);
+  const double total =
+      infinity ? part.item<double>() : std::pow(part.item<double>(), 1.0 / norm_type);
+  const double coefficient = max_norm / (total + 1e-6);
+  if (coefficient < 1.0) {
+    for (const auto& shard : shards) {
+      if (shard.grad().defined()) shard.grad().mul_(coefficient);
+    }
+  }
+  return total;
 }
 
 torch::OrderedDict<std::string, at::Tensor> full_state_dict(const torch::nn::Module& model) {

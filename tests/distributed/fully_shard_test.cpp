@@ -247,3 +247,72 @@ TEST(FullyShard, ErrorsNameWhatToDo) {
     }
   });
 }
+
+// The norm of the whole model's gradient from the shards, and the same clipping as libtorch's
+// clip_grad_norm_ on DDP's whole gradients.
+TEST(FullyShard, ClipGradNormClipsByTheWholeModelsNorm) {
+  run_ranks_ok(3, [](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(kShardTimeout));
+    auto net_sharded = shard_mlp();
+    ddp::fully_shard(net_sharded);
+    auto net_ddp = shard_mlp();
+    ddp::DistributedDataParallel model_ddp(net_ddp);
+    auto optimizer_sharded = sgd(ddp::sharded_parameters(*net_sharded));
+    auto optimizer_ddp = sgd(net_ddp->parameters());
+    constexpr double kMaxNorm = 0.05;
+    for (int step = 0; step < 6; ++step) {
+      optimizer_sharded.zero_grad();
+      optimizer_ddp.zero_grad();
+      shard_backward([&](torch::Tensor x) { return net_sharded->forward(x); }, step, rank, 3);
+      shard_backward([&](torch::Tensor x) { return model_ddp(x); }, step, rank, 3);
+      const double norm = ddp::clip_grad_norm_(*net_sharded, kMaxNorm);
+      const double reference = torch::nn::utils::clip_grad_norm_(net_ddp->parameters(), kMaxNorm);
+      EXPECT_NEAR(norm, reference, 1e-6 * reference) << "step " << step;
+      if (step == 0) {
+        EXPECT_GT(reference, kMaxNorm) << "the test must clip";
+      }
+      optimizer_sharded.step();
+      optimizer_ddp.step();
+      const auto sharded = flat(ddp::full_state_dict(*net_sharded));
+      const auto expected = flat_parameters(*net_ddp);
+      ASSERT_TRUE(torch::allclose(sharded, expected, 0, 1e-6))
+          << "step " << step << ": max difference "
+          << (sharded - expected).abs().max().item<double>();
+    }
+  });
+}
+
+// A rank lost while the others gather a unit (before its forward) or reduce-scatter its gradients
+// (in backward, the parameters kept whole since forward): the others fail within the timeout,
+// naming it.
+TEST(FullyShard, ARankLostDuringAGatherOrAReduceScatterIsNamedWithinTheTimeout) {
+  for (bool in_backward : {false, true}) {
+    ddp::testing::Launch launch;
+    launch.world_size = 3;
+    auto outcomes = ddp::testing::run_ranks(launch, [in_backward](int rank) {
+      ddp::init_process_group(
+          ddp::InitOptions().backend("shm").timeout(std::chrono::milliseconds(4000)));
+      auto net = shard_mlp();
+      ddp::fully_shard(net, ddp::FullyShardOptions().reshard_after_forward(!in_backward));
+      shard_backward([&](torch::Tensor x) { return net->forward(x); }, 0, rank, 3);
+      if (rank == 2 && !in_backward) ::_exit(0);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        auto output = net->forward(shard_inputs(1).narrow(0, 4 * rank, 4));
+        if (rank == 2) ::_exit(0);
+        torch::mse_loss(output, shard_targets(1).narrow(0, 4 * rank, 4)).backward();
+        ADD_FAILURE() << "no error on rank " << rank;
+      } catch (const ddp::PeerLostError& error) {
+        EXPECT_EQ(error.lost_rank(), 2) << error.what();
+        const std::string what = error.what();
+        EXPECT_NE(what.find(in_backward ? "reduce_scatter" : "all_gather"), std::string::npos)
+            << what;
+      }
+      EXPECT_LT(ddp::testing::elapsed_ms(start), 4000 + 3000);
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(outcomes[r].exit_code, 0)
+          << "in backward " << in_backward << ": " << outcomes[r].describe();
+    }
+  }
+}
