@@ -1,5 +1,6 @@
-// zero_bench: ZeroRedundancyOptimizer's step against DDP with the plain optimizer, and its two
-// parameter exchanges (a broadcast per owner; one flat all-gather) against each other.
+// zero_bench: sharded training against DDP with the plain optimizer: ZeroRedundancyOptimizer's
+// step and its two parameter exchanges (a broadcast per owner; one flat all-gather), and
+// fully_shard's step (--mode fsdp).
 //
 // Launch it on every rank (ddprun, torchrun, or by hand with RANK, WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT set):
@@ -12,7 +13,10 @@
 // 12 heads, MLP 3072, sequence 64: 97,696,256 parameters), 2 random sequences per rank,
 // cross-entropy on the next token; bench/zero_peer.py is PyTorch's side of it.
 // Both train under DDP with Adam (lr 1e-3). --mode ddp steps a plain torch::optim::Adam;
-// broadcast and allgather a ZeroRedundancyOptimizer with that exchange. After `warmup` steps,
+// broadcast and allgather a ZeroRedundancyOptimizer with that exchange; fsdp trains the model
+// sharded by ddp::fully_shard (no DDP; each transformer block a unit, the embeddings, final norm
+// and head units of their own; each Linear of the mlp a unit) with Adam on its shards
+// (--reshard-after-forward 0 keeps units whole from forward to backward). After `warmup` steps,
 // `steps` timed steps (zero_grad, forward, backward, step); then, for the ZeRO modes, `steps`
 // timed calls of the exchange alone (sync_parameters). Times are the mean per call, the MAX over
 // ranks (the slowest rank sets the pace). Rank 0 prints one JSON line:
@@ -22,7 +26,9 @@
 //    "state_bytes_per_rank": ..., "peak_growth_bytes": ..., "shared_memory_bytes": ...}
 //
 // state_bytes_per_rank is counted: the bytes of the optimizer's state tensors on the rank that
-// holds the most (ZeRO: its partition's; ddp: the whole model's). peak_growth_bytes is measured:
+// holds the most (ZeRO: its partition's; ddp: the whole model's; fsdp: its shards').
+// model_state_bytes_per_rank adds the parameters and gradients this rank keeps between steps
+// (fsdp: its shards; the others: whole). peak_growth_bytes is measured:
 // the process's peak resident memory (VmHWM) less its resident memory once the model, DDP and the
 // optimizer were built, less the growth of its resident shared memory (the shm backend's
 // segments, reported apart as shared_memory_bytes); the most of any rank.
@@ -42,12 +48,13 @@ namespace {
 
 struct BenchOptions {
   std::string backend = "shm";
-  std::string mode = "broadcast";  // ddp, broadcast, allgather
+  std::string mode = "broadcast";  // ddp, broadcast, allgather, fsdp
   std::string model = "mlp";       // mlp, transformer
   int64_t width = 1024;
   int layers = 8;
   int warmup = 2;
   int steps = 5;
+  bool reshard_after_forward = true;
 };
 
 BenchOptions parse(int argc, char** argv) {
@@ -69,13 +76,16 @@ BenchOptions parse(int argc, char** argv) {
       options.warmup = std::stoi(value);
     } else if (flag == "--steps") {
       options.steps = std::stoi(value);
+    } else if (flag == "--reshard-after-forward") {
+      options.reshard_after_forward = value != "0";
     } else {
       std::fprintf(stderr, "zero_bench: unknown flag %s\n", flag.c_str());
       std::exit(2);
     }
   }
-  if (options.mode != "ddp" && options.mode != "broadcast" && options.mode != "allgather") {
-    std::fprintf(stderr, "zero_bench: --mode is ddp, broadcast or allgather\n");
+  if (options.mode != "ddp" && options.mode != "broadcast" && options.mode != "allgather" &&
+      options.mode != "fsdp") {
+    std::fprintf(stderr, "zero_bench: --mode is ddp, broadcast, allgather or fsdp\n");
     std::exit(2);
   }
   if (options.model != "mlp" && options.model != "transformer") {
@@ -96,6 +106,10 @@ class StackOfLinears : public ddp_bench::BenchModel {
     register_module("layers", layers_);
   }
   torch::Tensor forward(torch::Tensor x) override { return layers_->forward(x); }
+  void fully_shard(const ddp::FullyShardOptions& options) override {
+    ddp::fully_shard(layers_, options);
+    replace_module("layers", layers_.ptr());
+  }
 
  private:
   torch::nn::Sequential layers_;
@@ -142,12 +156,23 @@ int main(int argc, char** argv) {
   } else {
     net = std::make_shared<StackOfLinears>(options.width, options.layers);
   }
-  ddp::DistributedDataParallel model(net);
+  const int64_t parameters = ddp_bench::parameter_count(*net);  // whole, before any sharding
+  const bool sharded = options.mode == "fsdp";
+  std::unique_ptr<ddp::DistributedDataParallel<std::shared_ptr<ddp_bench::BenchModel>>> ddp_model;
+  if (sharded) {
+    net->fully_shard(ddp::FullyShardOptions().reshard_after_forward(options.reshard_after_forward));
+  } else {
+    ddp_model =
+        std::make_unique<ddp::DistributedDataParallel<std::shared_ptr<ddp_bench::BenchModel>>>(net);
+  }
+  auto model = [&](torch::Tensor x) { return sharded ? net->forward(x) : (*ddp_model)(x); };
   std::unique_ptr<torch::optim::Optimizer> plain;
   std::unique_ptr<ddp::ZeroRedundancyOptimizer> zero;
   const auto adam = torch::optim::AdamOptions(1e-3);
   if (options.mode == "ddp") {
     plain = std::make_unique<torch::optim::Adam>(net->parameters(), adam);
+  } else if (sharded) {
+    plain = std::make_unique<torch::optim::Adam>(ddp::sharded_parameters(*net), adam);
   } else {
     zero = std::make_unique<ddp::ZeroRedundancyOptimizer>(
         net->parameters(), ddp::zero_optimizer<torch::optim::Adam>(adam),
@@ -188,8 +213,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < options.steps; ++i) zero->sync_parameters();
     exchange_ms = max_over_ranks(ms_since(start) / options.steps);
   }
-  int64_t parameters = 0;
-  for (const auto& p : net->parameters()) parameters += p.numel();
+  double kept_bytes = 0;  // the parameters and gradients this rank keeps (shards under fsdp)
+  for (const auto& p : net->parameters()) {
+    kept_bytes += p.nbytes() + (p.grad().defined() ? p.grad().nbytes() : 0);
+  }
   double state_bytes = zero ? static_cast<double>(zero->local_state_bytes()) : 0.0;
   if (plain) {
     for (const auto& entry : plain->state()) {
@@ -198,15 +225,16 @@ int main(int argc, char** argv) {
     }
   }
   const double most_state = max_over_ranks(state_bytes);
+  const double most_model_state = max_over_ranks(state_bytes + kept_bytes);
   if (rank == 0) {
     std::printf(
         "{\"impl\": \"ours\", \"model\": \"%s\", \"backend\": \"%s\", \"mode\": \"%s\", "
         "\"world_size\": %d, \"parameters\": %lld, \"step_ms\": %.2f, \"exchange_ms\": %.2f, "
-        "\"state_bytes_per_rank\": %.0f, \"peak_growth_bytes\": %.0f, "
-        "\"shared_memory_bytes\": %.0f}\n",
+        "\"state_bytes_per_rank\": %.0f, \"model_state_bytes_per_rank\": %.0f, "
+        "\"peak_growth_bytes\": %.0f, \"shared_memory_bytes\": %.0f}\n",
         options.model.c_str(), options.backend.c_str(), options.mode.c_str(), ddp::get_world_size(),
-        static_cast<long long>(parameters), step_ms, exchange_ms, most_state, peak_growth,
-        shared_memory);
+        static_cast<long long>(parameters), step_ms, exchange_ms, most_state, most_model_state,
+        peak_growth, shared_memory);
   }
   ddp::destroy_process_group();
   return 0;

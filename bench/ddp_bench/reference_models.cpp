@@ -1,5 +1,6 @@
 #include "reference_models.h"
 
+#include <map>
 #include <stdexcept>
 #include <vector>
 
@@ -153,10 +154,33 @@ class TinyGPT : public BenchModel {
 
   torch::Tensor forward(torch::Tensor idx) override {
     const int64_t t = idx.size(1);
-    auto h = tok_->forward(idx) + pos_->forward(torch::arange(t));
     auto mask = mask_.slice(0, 0, t).slice(1, 0, t);
+    if (!units_.empty()) return sharded_forward(idx, mask);
+    auto h = tok_->forward(idx) + pos_->forward(torch::arange(t));
     for (const auto& block : *blocks_) h = block->as<PreNormEncoderLayer>()->forward(h, mask);
     return head_->forward(norm_->forward(h));
+  }
+
+  // FSDP's usual wrapping: each block a unit, and the embeddings, the final norm and the head
+  // units of their own; the names stay those of the unsharded model.
+  void fully_shard(const ddp::FullyShardOptions& options) override {
+    auto unit = [&](const std::string& name, torch::nn::AnyModule module) {
+      ddp::FullyShardedUnit wrapped(std::move(module), options);
+      replace_module(name, wrapped.ptr());
+      units_.insert_or_assign(name, wrapped);
+    };
+    unit("tok", torch::nn::AnyModule(tok_));
+    unit("pos", torch::nn::AnyModule(pos_));
+    torch::nn::ModuleList sharded_blocks;
+    for (size_t i = 0; i < blocks_->size(); ++i) {
+      ddp::FullyShardedUnit wrapped(torch::nn::AnyModule(blocks_->ptr<PreNormEncoderLayerImpl>(i)),
+                                    options);
+      sharded_blocks->push_back(wrapped);
+      block_units_.push_back(wrapped);
+    }
+    replace_module("blocks", sharded_blocks.ptr());
+    unit("norm", torch::nn::AnyModule(norm_));
+    unit("head", torch::nn::AnyModule(head_));
   }
 
  private:
@@ -165,9 +189,21 @@ class TinyGPT : public BenchModel {
   torch::nn::LayerNorm norm_{nullptr};
   torch::nn::Linear head_{nullptr};
   torch::Tensor mask_;
+  std::map<std::string, ddp::FullyShardedUnit> units_;  // once sharded
+  std::vector<ddp::FullyShardedUnit> block_units_;
+
+  torch::Tensor sharded_forward(const torch::Tensor& idx, const torch::Tensor& mask) {
+    auto h = units_.at("tok")->forward(idx) + units_.at("pos")->forward(torch::arange(idx.size(1)));
+    for (auto& block : block_units_) h = block->call(h, mask);
+    return units_.at("head")->forward(units_.at("norm")->forward(h));
+  }
 };
 
 }  // namespace
+
+void BenchModel::fully_shard(const ddp::FullyShardOptions&) {
+  throw std::invalid_argument("this benchmark model has no fully_shard units");
+}
 
 BuiltModel build(const std::string& name) {
   if (name == "mlp") return {std::make_shared<MLP>(), 64};

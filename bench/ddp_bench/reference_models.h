@@ -15,12 +15,16 @@
 #include <string>
 #include <utility>
 
+#include "ddp/fully_shard.h"
+
 namespace ddp_bench {
 
 /// What the benchmark needs of a model: one tensor in, logits out.
 class BenchModel : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  /// Makes the model's units ddp::FullyShardedUnits (collective); throws where a model has none.
+  virtual void fully_shard(const ddp::FullyShardOptions& options);
 };
 
 /// A built model and its default per-rank batch.
