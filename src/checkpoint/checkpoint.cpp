@@ -81,12 +81,12 @@ WriteFailure write_atomically(const std::string& path, const std::vector<char>& 
   return {written.message(), bad_path};
 }
 
-std::vector<char> serialize(const torch::nn::Module& module,
+std::vector<char> serialize(const NamedTensors& module_state,
                             const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
   c10::Dict<std::string, at::Tensor> model;
   // On the CPU whatever the device (a no-op for CPU tensors): a checkpoint saved on a GPU loads
   // on a machine without one, and into a module on any device.
-  for (const auto& [name, tensor] : module_state(module)) {
+  for (const auto& [name, tensor] : module_state) {
     model.insert(name, tensor.detach().cpu());
   }
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
@@ -123,31 +123,36 @@ std::string join(const std::vector<std::string>& names) {
 ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& module,
                                 torch::optim::Optimizer* optimizer, const LoadOptions& options);
 
-// A sharded model's parameters are this rank's rows: saving them would silently write a part of
-// the model, loading whole tensors into them cannot fit. Every rank decides alike, so none waits.
-void refuse_sharded_model(const char* operation, const torch::nn::Module& module) {
-  if (!detail::holds_fully_sharded_units(module)) return;
+// A model sharded by fully_shard is saved whole (its consolidated state dict) and loaded from a
+// whole one, at any world size; the optimizer of its shards keeps state in the shards' rows, which
+// checkpoints do not consolidate yet. Every rank decides alike, so none waits for the others.
+void refuse_sharded_optimizer(const char* operation, const torch::nn::Module& module,
+                              const torch::optim::Optimizer* optimizer) {
+  if (optimizer == nullptr || !detail::holds_fully_sharded_units(module)) return;
   detail::fail<InvalidArgumentError>(
       operation,
-      "the module is sharded by ddp::fully_shard: its parameters hold this rank's rows only. "
-      "Sharded checkpoints are not there yet; save ddp::full_state_dict(module) (whole tensors, "
-      "the unsharded names) with torch::save on one rank, or checkpoint the model before "
-      "sharding it");
+      "the module is sharded by ddp::fully_shard, and the state of an optimizer of its shards is "
+      "not consolidated into checkpoints yet; save and load the module alone (it is written "
+      "whole, and loads at any world size)");
 }
 
 }  // namespace
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& module,
                      const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
-  refuse_sharded_model(kSave, module);
+  refuse_sharded_optimizer(kSave, module, optimizer);
   detail::TimelineSpan span(kSave, "checkpoint");
   bool collective = is_initialized() && get_world_size() > 1;
   int rank = is_initialized() ? get_rank() : 0;
+  // A sharded model's whole parameters: gathered on every rank (collective), written by rank 0.
+  const NamedTensors state = detail::holds_fully_sharded_units(module)
+                                 ? without_common_prefix(detail::whole_module_state(module))
+                                 : module_state(module);
   WriteFailure failure;
   std::exception_ptr own_error;  // rank 0's own DistributedError, rethrown with its type
   if (rank == 0) {
     try {
-      failure = write_atomically(path, serialize(module, optimizer, extra));
+      failure = write_atomically(path, serialize(state, optimizer, extra));
     } catch (const DistributedError& error) {
       if (!collective) throw;
       own_error = std::current_exception();
@@ -195,7 +200,7 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
 
 ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
                            torch::optim::Optimizer* optimizer, const LoadOptions& options) {
-  refuse_sharded_model(kLoad, module);
+  refuse_sharded_optimizer(kLoad, module, optimizer);
   try {
     return load_checkpoint_file(path, module, optimizer, options);
   } catch (const DistributedError&) {
@@ -283,6 +288,8 @@ ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& modu
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;
   std::vector<std::string> missing;
   std::set<std::string> used;
+  // A sharded parameter takes its rows of the whole saved tensor.
+  const auto shard_rows = detail::shard_rows_of(module);
   auto match = [&](const std::string& name, const at::Tensor& target) {
     auto it = saved.find(name);
     if (it == saved.end()) {
@@ -290,6 +297,17 @@ ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& modu
       return;
     }
     used.insert(name);
+    auto shard = shard_rows.find(target.unsafeGetTensorImpl());
+    if (shard != shard_rows.end()) {
+      if (it->second.sizes() != at::IntArrayRef(shard->second.whole_shape)) {
+        detail::fail<InvalidArgumentError>(
+            kLoad, "shape mismatch for \"" + name + "\": " + path + " has " +
+                       c10::str(it->second.sizes()) + ", the (sharded) module has " +
+                       c10::str(at::IntArrayRef(shard->second.whole_shape)) + ".");
+      }
+      copies.emplace_back(target, shard->second.of(it->second));
+      return;
+    }
     if (it->second.sizes() != target.sizes()) {
       detail::fail<InvalidArgumentError>(kLoad, "shape mismatch for \"" + name + "\": " + path +
                                                     " has " + c10::str(it->second.sizes()) +

@@ -4,6 +4,7 @@
 
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -60,6 +61,33 @@ std::map<const c10::TensorImpl*, Owner> owners_of(
 namespace detail {
 
 bool holds_fully_sharded_units(const torch::nn::Module& model) { return !units_of(model).empty(); }
+
+at::Tensor ShardRows::of(const at::Tensor& whole) const {
+  // A 0-dim parameter is one row; its shard is a vector of 1 or 0 elements.
+  std::vector<int64_t> shard_shape = whole_shape.empty() ? std::vector<int64_t>{1} : whole_shape;
+  const int64_t whole_rows = shard_shape[0];
+  shard_shape[0] = rows;
+  return whole.reshape({whole_rows, -1}).narrow(0, first_row, rows).reshape(shard_shape);
+}
+
+std::map<const c10::TensorImpl*, ShardRows> shard_rows_of(const torch::nn::Module& model) {
+  std::map<const c10::TensorImpl*, ShardRows> rows;
+  for (const auto& unit : units_of(model)) {
+    for (size_t i = 0; i < unit->parameters().size(); ++i) {
+      const ShardedParameter& p = unit->layout_of(i);
+      const int64_t first = std::min(unit->group_rank() * p.chunk_rows, p.rows);
+      rows[unit->parameters()[i].unsafeGetTensorImpl()] = {p.shape, first,
+                                                           p.rows_of(unit->group_rank())};
+    }
+  }
+  return rows;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> whole_module_state(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, at::Tensor>> state;
+  for (const auto& item : full_state_dict(model)) state.emplace_back(item.key(), item.value());
+  return state;
+}
 
 }  // namespace detail
 

@@ -54,6 +54,8 @@ class ShardedUnit : public std::enable_shared_from_this<ShardedUnit> {
   void reshard();
 
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  const ShardedParameter& layout_of(size_t index) const { return layout_.parameters[index]; }
+  int group_rank() const { return group_rank_; }
   const ProcessGroup& group() const { return options_.group(); }
 
  private:

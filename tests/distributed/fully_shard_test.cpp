@@ -223,18 +223,21 @@ TEST(FullyShard, ErrorsNameWhatToDo) {
     } catch (const ddp::InvalidArgumentError& error) {
       EXPECT_NE(std::string(error.what()).find("shard it once"), std::string::npos) << error.what();
     }
-    // A checkpoint of the shards would be a part of the model, written as if whole.
+    // The optimizer of the shards keeps state in their rows, which checkpoints do not
+    // consolidate yet: refused by name rather than written in part.
+    auto optimizer = sgd(ddp::sharded_parameters(*net));
     for (bool save : {true, false}) {
       try {
         const std::string path = ddp::testing::fresh_path("checkpoint") + ".pt";
         if (save) {
-          ddp::save_checkpoint(path, *net);
+          ddp::save_checkpoint(path, *net, &optimizer);
         } else {
-          (void)ddp::load_checkpoint(path, *net);
+          (void)ddp::load_checkpoint(path, *net, &optimizer);
         }
-        ADD_FAILURE() << "a checkpoint of a sharded model";
+        ADD_FAILURE() << "a checkpoint of a sharded model's optimizer";
       } catch (const ddp::InvalidArgumentError& error) {
-        EXPECT_NE(std::string(error.what()).find("ddp::full_state_dict"), std::string::npos)
+        EXPECT_NE(std::string(error.what()).find("save and load the module alone"),
+                  std::string::npos)
             << error.what();
       }
     }
@@ -525,4 +528,52 @@ TEST(FullyShard, ThreeRanksOnGlooGivePyTorchsFullyShardLossesOverTwentySteps) {
       }
     }
   });
+}
+
+// A sharded model is saved whole (rank 0 writes the gathered parameters under the unsharded
+// names): it loads into an unsharded model, and into sharded ones at 2 and 3 ranks, bitwise; the
+// steps that follow equal, bitwise, DDP's from the same file.
+TEST(FullyShard, ACheckpointSavedAtFourRanksLoadsWholeAndAtTwoAndThreeRanks) {
+  const std::string path = ddp::testing::fresh_path("sharded_checkpoint") + ".pt";
+  run_ranks_ok(4, [&](int rank) {
+    ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(kShardTimeout));
+    auto net = shard_mlp();
+    ddp::fully_shard(net);
+    auto optimizer = sgd(ddp::sharded_parameters(*net));
+    for (int step = 0; step < 3; ++step) {
+      optimizer.zero_grad();
+      shard_backward([&](torch::Tensor x) { return net->forward(x); }, step, rank, 4);
+      optimizer.step();
+    }
+    const auto trained = flat(ddp::full_state_dict(*net));
+    ddp::save_checkpoint(path, *net);
+    auto plain = shard_mlp();
+    ddp::load_checkpoint(path, *plain);
+    ASSERT_TRUE(torch::equal(flat_parameters(*plain), trained)) << "the file holds the whole model";
+  });
+  for (int world : {2, 3}) {
+    run_ranks_ok(world, [&](int rank) {
+      ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(kShardTimeout));
+      auto net = shard_mlp();
+      ddp::fully_shard(net);
+      ddp::load_checkpoint(path, *net);
+      auto plain = shard_mlp();
+      ddp::load_checkpoint(path, *plain);
+      ASSERT_TRUE(torch::equal(flat(ddp::full_state_dict(*net)), flat_parameters(*plain)))
+          << "world " << world;
+      ddp::DistributedDataParallel model_ddp(plain);
+      auto optimizer_sharded = sgd(ddp::sharded_parameters(*net));
+      auto optimizer_ddp = sgd(plain->parameters());
+      for (int step = 3; step < 6; ++step) {
+        optimizer_sharded.zero_grad();
+        optimizer_ddp.zero_grad();
+        shard_backward([&](torch::Tensor x) { return net->forward(x); }, step, rank, world);
+        shard_backward([&](torch::Tensor x) { return model_ddp(x); }, step, rank, world);
+        optimizer_sharded.step();
+        optimizer_ddp.step();
+        ASSERT_TRUE(torch::equal(flat(ddp::full_state_dict(*net)), flat_parameters(*plain)))
+            << "world " << world << " step " << step;
+      }
+    });
+  }
 }
