@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -81,8 +82,10 @@ WriteFailure write_atomically(const std::string& path, const std::vector<char>& 
   return {written.message(), bad_path};
 }
 
+// `whole_optimizer`: the optimizer's state already made whole (a sharded model's), or None.
 std::vector<char> serialize(const NamedTensors& module_state,
-                            const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
+                            const torch::optim::Optimizer* optimizer,
+                            const c10::IValue& whole_optimizer, const ExtraState& extra) {
   c10::Dict<std::string, at::Tensor> model;
   // On the CPU whatever the device (a no-op for CPU tensors): a checkpoint saved on a GPU loads
   // on a machine without one, and into a module on any device.
@@ -91,7 +94,9 @@ std::vector<char> serialize(const NamedTensors& module_state,
   }
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("model", model);
-  if (const auto* zero = dynamic_cast<const ZeroRedundancyOptimizer*>(optimizer)) {
+  if (!whole_optimizer.isNone()) {
+    top.insert("optimizer", whole_optimizer);
+  } else if (const auto* zero = dynamic_cast<const ZeroRedundancyOptimizer*>(optimizer)) {
     // The whole state, consolidated on this rank beforehand (state_dict() says so otherwise).
     top.insert("optimizer", zero->state_dict());
   } else if (optimizer != nullptr) {
@@ -123,36 +128,101 @@ std::string join(const std::vector<std::string>& names) {
 ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& module,
                                 torch::optim::Optimizer* optimizer, const LoadOptions& options);
 
-// A model sharded by fully_shard is saved whole (its consolidated state dict) and loaded from a
-// whole one, at any world size; the optimizer of its shards keeps state in the shards' rows, which
-// checkpoints do not consolidate yet. Every rank decides alike, so none waits for the others.
-void refuse_sharded_optimizer(const char* operation, const torch::nn::Module& module,
-                              const torch::optim::Optimizer* optimizer) {
-  if (optimizer == nullptr || !detail::holds_fully_sharded_units(module)) return;
-  detail::fail<InvalidArgumentError>(
-      operation,
-      "the module is sharded by ddp::fully_shard, and the state of an optimizer of its shards is "
-      "not consolidated into checkpoints yet; save and load the module alone (it is written "
-      "whole, and loads at any world size)");
+// The parameters of `optimizer`, numbered as its state dict numbers them (across its groups).
+std::vector<at::Tensor> numbered_parameters(const torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> parameters;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& parameter : group.params()) parameters.push_back(parameter);
+  }
+  return parameters;
+}
+
+// The state entries of parameter `index` in an optimizer state dict, or none.
+std::optional<c10::impl::GenericDict> state_of(const c10::IValue& state_dict, int64_t index) {
+  if (!state_dict.isGenericDict()) return std::nullopt;
+  const auto top = state_dict.toGenericDict();
+  const auto state = top.find(std::string("state"));
+  if (state == top.end() || !state->value().isGenericDict()) return std::nullopt;
+  const auto per_parameter = state->value().toGenericDict();
+  const auto entries = per_parameter.find(index);
+  if (entries == per_parameter.end() || !entries->value().isGenericDict()) return std::nullopt;
+  return entries->value().toGenericDict();
+}
+
+// A sharded model's optimizer keeps per-element state (momentum, Adam's moments) in the shards'
+// rows: in a checkpoint it is whole, as a plain optimizer of the whole model would have it.
+// Gathered from every rank (collective: every rank has the same entries, in the same order).
+c10::IValue whole_optimizer_state(const torch::nn::Module& module,
+                                  const torch::optim::Optimizer& optimizer) {
+  c10::IValue saved = detail::optimizer_state_dict(optimizer, kSave);
+  const auto shard_rows = detail::shard_rows_of(module);
+  const auto parameters = numbered_parameters(optimizer);
+  for (size_t index = 0; index < parameters.size(); ++index) {
+    if (!shard_rows.count(parameters[index].unsafeGetTensorImpl())) continue;
+    auto entries = state_of(saved, static_cast<int64_t>(index));
+    if (!entries) continue;
+    std::vector<std::pair<c10::IValue, at::Tensor>> whole;
+    for (const auto& entry : *entries) {
+      if (entry.value().isTensor() && entry.value().toTensor().dim() > 0 &&
+          entry.value().toTensor().sizes() == parameters[index].sizes()) {
+        whole.emplace_back(
+            entry.key(), detail::gather_rows(module, parameters[index], entry.value().toTensor()));
+      }
+    }
+    for (auto& [key, tensor] : whole) entries->insert_or_assign(key, tensor);
+  }
+  return saved;
+}
+
+// The other way: each whole per-element state tensor of a sharded parameter becomes this rank's
+// rows of it, so that the optimizer of the shards loads it as a plain optimizer would.
+c10::IValue sharded_optimizer_state(const torch::nn::Module& module,
+                                    const torch::optim::Optimizer& optimizer,
+                                    const c10::IValue& saved) {
+  const auto shard_rows = detail::shard_rows_of(module);
+  if (shard_rows.empty()) return saved;
+  const auto parameters = numbered_parameters(optimizer);
+  for (size_t index = 0; index < parameters.size(); ++index) {
+    const auto rows = shard_rows.find(parameters[index].unsafeGetTensorImpl());
+    if (rows == shard_rows.end()) continue;
+    auto entries = state_of(saved, static_cast<int64_t>(index));
+    if (!entries) continue;
+    std::vector<std::pair<c10::IValue, at::Tensor>> sharded;
+    for (const auto& entry : *entries) {
+      // "step" is a count, not per element, whatever its shape.
+      const bool step = entry.key().isString() && entry.key().toStringRef() == "step";
+      if (!step && entry.value().isTensor() &&
+          entry.value().toTensor().sizes() == at::IntArrayRef(rows->second.whole_shape)) {
+        sharded.emplace_back(entry.key(), rows->second.of(entry.value().toTensor()));
+      }
+    }
+    for (auto& [key, tensor] : sharded) entries->insert_or_assign(key, tensor);
+  }
+  return saved;
 }
 
 }  // namespace
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& module,
                      const torch::optim::Optimizer* optimizer, const ExtraState& extra) {
-  refuse_sharded_optimizer(kSave, module, optimizer);
   detail::TimelineSpan span(kSave, "checkpoint");
   bool collective = is_initialized() && get_world_size() > 1;
   int rank = is_initialized() ? get_rank() : 0;
-  // A sharded model's whole parameters: gathered on every rank (collective), written by rank 0.
-  const NamedTensors state = detail::holds_fully_sharded_units(module)
-                                 ? without_common_prefix(detail::whole_module_state(module))
-                                 : module_state(module);
+  // A sharded model is written whole: its parameters and its optimizer's state gathered on every
+  // rank (collective), written by rank 0.
+  const bool sharded = detail::holds_fully_sharded_units(module);
+  const NamedTensors state =
+      sharded ? without_common_prefix(detail::whole_module_state(module)) : module_state(module);
+  c10::IValue whole_optimizer;
+  if (sharded && optimizer != nullptr &&
+      dynamic_cast<const ZeroRedundancyOptimizer*>(optimizer) == nullptr) {
+    whole_optimizer = whole_optimizer_state(module, *optimizer);
+  }
   WriteFailure failure;
   std::exception_ptr own_error;  // rank 0's own DistributedError, rethrown with its type
   if (rank == 0) {
     try {
-      failure = write_atomically(path, serialize(state, optimizer, extra));
+      failure = write_atomically(path, serialize(state, optimizer, whole_optimizer, extra));
     } catch (const DistributedError& error) {
       if (!collective) throw;
       own_error = std::current_exception();
@@ -200,7 +270,6 @@ ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
 
 ExtraState load_checkpoint(const std::string& path, torch::nn::Module& module,
                            torch::optim::Optimizer* optimizer, const LoadOptions& options) {
-  refuse_sharded_optimizer(kLoad, module, optimizer);
   try {
     return load_checkpoint_file(path, module, optimizer, options);
   } catch (const DistributedError&) {
@@ -337,7 +406,8 @@ ExtraState load_checkpoint_file(const std::string& path, torch::nn::Module& modu
   if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(optimizer)) {
     zero->load_state_dict(saved_optimizer);  // this rank's partition, at any world size
   } else if (optimizer != nullptr) {
-    detail::load_optimizer_state_dict(*optimizer, saved_optimizer, path, kLoad);
+    detail::load_optimizer_state_dict(
+        *optimizer, sharded_optimizer_state(module, *optimizer, saved_optimizer), path, kLoad);
   }
   {
     torch::NoGradGuard no_grad;

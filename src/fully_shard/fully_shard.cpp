@@ -83,6 +83,14 @@ std::map<const c10::TensorImpl*, ShardRows> shard_rows_of(const torch::nn::Modul
   return rows;
 }
 
+at::Tensor gather_rows(const torch::nn::Module& model, const at::Tensor& parameter,
+                       const at::Tensor& rows) {
+  const auto owners = owners_of(units_of(model));
+  const auto owner = owners.find(parameter.unsafeGetTensorImpl());
+  TORCH_INTERNAL_ASSERT(owner != owners.end(), "gather_rows: not a parameter of a unit");
+  return owner->second.unit->gather_rows(owner->second.index, rows);
+}
+
 std::vector<std::pair<std::string, at::Tensor>> whole_module_state(const torch::nn::Module& model) {
   std::vector<std::pair<std::string, at::Tensor>> state;
   for (const auto& item : full_state_dict(model)) state.emplace_back(item.key(), item.value());

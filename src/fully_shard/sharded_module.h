@@ -28,6 +28,12 @@ struct ShardRows {
 /// The shards' rows, by parameter (the TensorImpl that the module holds).
 std::map<const c10::TensorImpl*, ShardRows> shard_rows_of(const torch::nn::Module& model);
 
+/// `rows`, shaped like `parameter`'s shard (an optimizer's per-element state of it), whole: every
+/// rank's rows gathered. Collective over the parameter's unit's group. REQUIRES: `parameter` is a
+/// parameter of one of `model`'s units.
+at::Tensor gather_rows(const torch::nn::Module& model, const at::Tensor& parameter,
+                       const at::Tensor& rows);
+
 /// The model's parameters whole and its buffers, under their names (ddp::full_state_dict).
 /// Collective over the units' group.
 std::vector<std::pair<std::string, at::Tensor>> whole_module_state(const torch::nn::Module& model);

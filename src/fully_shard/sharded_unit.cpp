@@ -145,6 +145,18 @@ bool ShardedUnit::gather_if_released() {
   return true;
 }
 
+at::Tensor ShardedUnit::gather_rows(size_t index, const at::Tensor& rows) const {
+  const ShardedParameter& p = layout_.parameters[index];
+  c10::NoGradGuard no_grad;
+  at::Tensor padded = at::zeros({p.chunk_numel()}, rows.options());
+  padded.narrow(0, 0, rows.numel()).copy_(rows.reshape({-1}));
+  at::Tensor gathered = at::empty({group_size_ * p.chunk_numel()}, rows.options());
+  ddp::all_gather_into_tensor(gathered, padded, group());
+  // Only the last ranks hold fewer rows than a chunk (or none): the whole parameter is the first
+  // rows of the chunks one after another.
+  return gathered.narrow(0, 0, p.numel()).view(p.shape);
+}
+
 void ShardedUnit::reshard() {
   for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].set_data(shard_views_[i]);
   if (whole_allocated_) release_storage(whole_);

@@ -50,6 +50,9 @@ class ShardedUnit : public std::enable_shared_from_this<ShardedUnit> {
   const at::Tensor& whole_view(size_t index) const { return whole_views_[index]; }
   /// Gathers the whole parameters if they are not (collective), and reports whether it did.
   bool gather_if_released();
+  /// `rows` (this rank's rows of parameter `index`, shaped like its shard: an optimizer's
+  /// per-element state) with every other rank's, whole. Collective over the group.
+  at::Tensor gather_rows(size_t index, const at::Tensor& rows) const;
   /// Makes the parameters shards again and frees their whole storage.
   void reshard();
 

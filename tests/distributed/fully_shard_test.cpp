@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "compat/libtorch_compat.h"
 #include "ddp/ddp.h"
 #include "support/multiprocess.h"
 
@@ -222,24 +223,6 @@ TEST(FullyShard, ErrorsNameWhatToDo) {
       ADD_FAILURE() << "sharding twice";
     } catch (const ddp::InvalidArgumentError& error) {
       EXPECT_NE(std::string(error.what()).find("shard it once"), std::string::npos) << error.what();
-    }
-    // The optimizer of the shards keeps state in their rows, which checkpoints do not
-    // consolidate yet: refused by name rather than written in part.
-    auto optimizer = sgd(ddp::sharded_parameters(*net));
-    for (bool save : {true, false}) {
-      try {
-        const std::string path = ddp::testing::fresh_path("checkpoint") + ".pt";
-        if (save) {
-          ddp::save_checkpoint(path, *net, &optimizer);
-        } else {
-          (void)ddp::load_checkpoint(path, *net, &optimizer);
-        }
-        ADD_FAILURE() << "a checkpoint of a sharded model's optimizer";
-      } catch (const ddp::InvalidArgumentError& error) {
-        EXPECT_NE(std::string(error.what()).find("save and load the module alone"),
-                  std::string::npos)
-            << error.what();
-      }
     }
     // A parameter outside every unit would never be averaged.
     torch::nn::Module outer;
@@ -530,9 +513,10 @@ TEST(FullyShard, ThreeRanksOnGlooGivePyTorchsFullyShardLossesOverTwentySteps) {
   });
 }
 
-// A sharded model is saved whole (rank 0 writes the gathered parameters under the unsharded
-// names): it loads into an unsharded model, and into sharded ones at 2 and 3 ranks, bitwise; the
-// steps that follow equal, bitwise, DDP's from the same file.
+// A sharded model and its optimizer are saved whole (rank 0 writes the gathered parameters under
+// the unsharded names, and the momentum of every row): they load into an unsharded model and a
+// plain optimizer, and into sharded ones at 2 and 3 ranks, bitwise; the steps that follow equal,
+// bitwise, DDP's from the same file.
 TEST(FullyShard, ACheckpointSavedAtFourRanksLoadsWholeAndAtTwoAndThreeRanks) {
   const std::string path = ddp::testing::fresh_path("sharded_checkpoint") + ".pt";
   run_ranks_ok(4, [&](int rank) {
@@ -540,30 +524,49 @@ TEST(FullyShard, ACheckpointSavedAtFourRanksLoadsWholeAndAtTwoAndThreeRanks) {
     auto net = shard_mlp();
     ddp::fully_shard(net);
     auto optimizer = sgd(ddp::sharded_parameters(*net));
+    auto net_ddp = shard_mlp();  // DDP beside it: its momentum is what the file must hold
+    ddp::DistributedDataParallel model_ddp(net_ddp);
+    auto optimizer_ddp = sgd(net_ddp->parameters());
     for (int step = 0; step < 3; ++step) {
       optimizer.zero_grad();
+      optimizer_ddp.zero_grad();
       shard_backward([&](torch::Tensor x) { return net->forward(x); }, step, rank, 4);
+      shard_backward([&](torch::Tensor x) { return model_ddp(x); }, step, rank, 4);
       optimizer.step();
+      optimizer_ddp.step();
     }
     const auto trained = flat(ddp::full_state_dict(*net));
-    ddp::save_checkpoint(path, *net);
+    ddp::save_checkpoint(path, *net, &optimizer);
     auto plain = shard_mlp();
-    ddp::load_checkpoint(path, *plain);
+    auto plain_optimizer = sgd(plain->parameters());
+    ddp::load_checkpoint(path, *plain, &plain_optimizer);
     ASSERT_TRUE(torch::equal(flat_parameters(*plain), trained)) << "the file holds the whole model";
+    const auto ddp_parameters = net_ddp->parameters();
+    const auto loaded_parameters = plain->parameters();
+    for (size_t i = 0; i < ddp_parameters.size(); ++i) {
+      const auto momentum = [](const torch::optim::Optimizer& optimizer, const torch::Tensor& p) {
+        const auto* state = ddp::compat::optimizer_state_of(optimizer, p);
+        EXPECT_NE(state, nullptr);
+        return static_cast<const torch::optim::SGDParamState&>(*state).momentum_buffer();
+      };
+      EXPECT_TRUE(torch::equal(momentum(plain_optimizer, loaded_parameters[i]),
+                               momentum(optimizer_ddp, ddp_parameters[i])))
+          << "the momentum of parameter " << i;
+    }
   });
   for (int world : {2, 3}) {
     run_ranks_ok(world, [&](int rank) {
       ddp::init_process_group(ddp::InitOptions().backend("shm").timeout(kShardTimeout));
       auto net = shard_mlp();
       ddp::fully_shard(net);
-      ddp::load_checkpoint(path, *net);
+      auto optimizer_sharded = sgd(ddp::sharded_parameters(*net));
+      ddp::load_checkpoint(path, *net, &optimizer_sharded);
       auto plain = shard_mlp();
-      ddp::load_checkpoint(path, *plain);
+      auto optimizer_ddp = sgd(plain->parameters());
+      ddp::load_checkpoint(path, *plain, &optimizer_ddp);
       ASSERT_TRUE(torch::equal(flat(ddp::full_state_dict(*net)), flat_parameters(*plain)))
           << "world " << world;
       ddp::DistributedDataParallel model_ddp(plain);
-      auto optimizer_sharded = sgd(ddp::sharded_parameters(*net));
-      auto optimizer_ddp = sgd(plain->parameters());
       for (int step = 3; step < 6; ++step) {
         optimizer_sharded.zero_grad();
         optimizer_ddp.zero_grad();
