@@ -22,6 +22,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ddp_stats_log.h"
 #include "idx_reader.h"
@@ -50,11 +51,11 @@ struct Options {
   double timeout = 1800;  // seconds: the group's bound on the rendezvous and every collective
   std::string comm_hook = "none";
   int64_t powersgd_rank = 4;
-  int64_t powersgd_start = -1;  // -1: a tenth of the run's steps
+  int64_t powersgd_start = -1;           // -1: a tenth of the run's steps
   std::string mixed_precision = "none";  // none | bf16 | fp16
   bool sync_bn = false;                  // SyncBatchNorm after each convolution
   int max_steps = 0;                     // per epoch; 0: the whole sampler's share
-  std::string shard = "none";            // "zero": ZeroRedundancyOptimizer
+  std::string shard = "none";            // "zero": ZeroRedundancyOptimizer; "full": fully_shard
   std::string stats_csv;                 // DDP's statistics per step (rank 0); "": none
 };
 
@@ -66,7 +67,7 @@ const char* kUsage =
     "                     [--device auto|cpu|cuda] [--backend auto|shm|gloo|nccl]\n"
     "                     [--timeout SECONDS]\n"
     "                     [--comm-hook none|fp16|bf16|fp16-hosts|bf16-hosts|powersgd]\n"
-    "                     [--powersgd-rank R] [--powersgd-start-iter N] [--shard none|zero]\n"
+    "                     [--powersgd-rank R] [--powersgd-start-iter N] [--shard none|zero|full]\n"
     "                     [--mixed-precision none|bf16|fp16] [--sync-bn] [--max-steps N]\n"
     "                     [--stats-csv FILE.csv]\n"
     "Run one process per rank, e.g. ddprun --standalone --nproc-per-node 2 fashion_mnist.\n"
@@ -95,7 +96,10 @@ const char* kUsage =
     "--max-steps N ends each epoch after N steps (0, the default: the whole training set), for\n"
     "short runs: bfloat16 on a CPU without bfloat16 instructions is many times slower.\n"
     "--shard zero splits the optimizer state across the ranks (ddp::ZeroRedundancyOptimizer);\n"
-    "its checkpoint holds the whole state and resumes at any number of ranks.\n"
+    "--shard full splits the parameters, gradients and optimizer state (ddp::fully_shard: each\n"
+    "layer a unit, without DDP, so without DDP's statistics; not with --comm-hook,\n"
+    "--mixed-precision or --sync-bn). Either checkpoint holds the whole state and resumes at\n"
+    "any number of ranks.\n"
     "After each epoch rank 0 prints DDP's statistics (model.stats(): mean forward, backward\n"
     "compute and exposed communication times, bytes reduced, buckets); --stats-csv FILE.csv\n"
     "writes rank 0's, one row per step (none by default; a resumed run appends).\n";
@@ -174,14 +178,19 @@ Options parse(int argc, char** argv) {
       o.comm_hook != "fp16-hosts" && o.comm_hook != "bf16-hosts" && o.comm_hook != "powersgd") {
     throw std::runtime_error(
         "--comm-hook must be none, fp16, bf16, fp16-hosts, bf16-hosts or powersgd, got '" +
-                             o.comm_hook + "'");
+        o.comm_hook + "'");
   }
   if (o.mixed_precision != "none" && o.mixed_precision != "bf16" && o.mixed_precision != "fp16") {
     throw std::runtime_error("--mixed-precision must be none, bf16 or fp16, got '" +
                              o.mixed_precision + "'");
   }
-  if (o.shard != "none" && o.shard != "zero") {
-    throw std::runtime_error("--shard must be none or zero, got '" + o.shard + "'");
+  if (o.shard != "none" && o.shard != "zero" && o.shard != "full") {
+    throw std::runtime_error("--shard must be none, zero or full, got '" + o.shard + "'");
+  }
+  if (o.shard == "full" && (o.comm_hook != "none" || o.mixed_precision != "none" || o.sync_bn)) {
+    throw std::runtime_error(
+        "--shard full trains without DDP: --comm-hook (DDP's all-reduce), --mixed-precision and "
+        "--sync-bn are not available with it");
   }
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
     throw std::runtime_error("--device must be auto, cpu or cuda, got '" + o.device + "'");
@@ -215,16 +224,33 @@ struct NetImpl : torch::nn::Module {
     }
   }
   torch::Tensor forward(torch::Tensor x) {
-    x = conv1->forward(x);
+    x = layer(conv1, 0, x);
     if (bn1) x = bn1->forward(x);
-    x = conv2->forward(torch::relu(x));
+    x = layer(conv2, 1, torch::relu(x));
     if (bn2) x = bn2->forward(x);
     x = torch::max_pool2d(torch::relu(x), 2);
-    return fc2->forward(torch::relu(fc1->forward(torch::flatten(x, 1))));
+    return layer(fc2, 3, torch::relu(layer(fc1, 2, torch::flatten(x, 1))));
+  }
+  // --shard full: each layer a unit of ddp::fully_shard (collective). The layers are members that
+  // forward calls by name, so forward calls their units instead from then on.
+  void fully_shard() {
+    units = {ddp::FullyShardedUnit(torch::nn::AnyModule(conv1)),
+             ddp::FullyShardedUnit(torch::nn::AnyModule(conv2)),
+             ddp::FullyShardedUnit(torch::nn::AnyModule(fc1)),
+             ddp::FullyShardedUnit(torch::nn::AnyModule(fc2))};
+    const char* names[] = {"conv1", "conv2", "fc1", "fc2"};
+    for (size_t i = 0; i < units.size(); ++i) replace_module(names[i], units[i].ptr());
   }
   torch::nn::Conv2d conv1, conv2;
   torch::nn::Linear fc1, fc2;
   ddp::SyncBatchNorm2d bn1{nullptr}, bn2{nullptr};
+  std::vector<ddp::FullyShardedUnit> units;  // --shard full
+
+ private:
+  template <typename Layer>
+  torch::Tensor layer(Layer& plain, size_t unit, const torch::Tensor& x) {
+    return units.empty() ? plain->forward(x) : units[unit]->forward(x);
+  }
 };
 TORCH_MODULE(Net);
 
@@ -321,6 +347,8 @@ int run(const Options& o) {
   torch::manual_seed(o.seed);
   Net net(o.sync_bn);
   net->to(device);
+  const bool fully_sharded = o.shard == "full";
+  if (fully_sharded) net->fully_shard();  // from here net->parameters() are this rank's shards
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (o.shard == "zero") {
     // Each rank keeps the optimizer state of its partition of the parameters only.
@@ -362,11 +390,13 @@ int run(const Options& o) {
     ddp_options.mixed_precision(ddp::MixedPrecision().param_dtype(
         o.mixed_precision == "bf16" ? torch::kBFloat16 : torch::kHalf));
   }
-  ddp::DistributedDataParallel model(net, ddp_options);
+  std::optional<ddp::DistributedDataParallel<Net>> model;  // none under --shard full
+  if (!fully_sharded) model.emplace(net, ddp_options);
+  auto forward = [&](torch::Tensor x) { return model ? (*model)(x) : net->forward(x); };
   ddp::DistributedSampler sampler(train.images.size(0), ddp::SamplerOptions().seed(o.seed));
   int steps = static_cast<int>((sampler.num_samples() + o.batch_size - 1) / o.batch_size);
   if (o.max_steps > 0) steps = std::min(steps, o.max_steps);
-  register_comm_hook(model, o, int64_t(o.epochs) * steps);
+  if (model) register_comm_hook(*model, o, int64_t(o.epochs) * steps);
   std::optional<fashion_mnist::StatsCsv> stats_csv;
   if (rank == 0 && !o.stats_csv.empty()) stats_csv.emplace(o.stats_csv, o.resume || restarted);
   if (rank == 0) {
@@ -380,7 +410,7 @@ int run(const Options& o) {
     auto indices = torch::tensor(sampler.indices()).to(device);
     fashion_mnist::Progress progress(epoch + 1, o.epochs, steps, o.batch_size * world, rank == 0);
     const auto start = std::chrono::steady_clock::now();
-    model.reset_stats();  // the epoch's means
+    if (model) model->reset_stats();  // the epoch's means
     double loss_sum = 0;
     double window_sum = 0;  // the losses since the last point of the loss curve
     int window_steps = 0;
@@ -390,11 +420,12 @@ int run(const Options& o) {
                          std::min<int64_t>(o.batch_size, indices.size(0) - step * o.batch_size));
       optimizer->zero_grad();
       // The loss in float32 whatever the forward's dtype (--mixed-precision).
-      auto logits = model(train.images.index_select(0, batch)).to(torch::kFloat);
+      auto logits = forward(train.images.index_select(0, batch)).to(torch::kFloat);
       auto loss = torch::nn::functional::cross_entropy(logits, train.labels.index_select(0, batch));
       loss.backward();
-      if (stats_csv)
-        stats_csv->add(epoch + 1, int64_t(epoch) * steps + step + 1, model.stats().last_step);
+      if (stats_csv && model) {
+        stats_csv->add(epoch + 1, int64_t(epoch) * steps + step + 1, model->stats().last_step);
+      }
       optimizer->step();
       const double value = loss.item<double>();
       loss_sum += value;
@@ -412,7 +443,8 @@ int run(const Options& o) {
       progress.update(step + 1, loss_sum / (step + 1));
     }
     progress.finish();
-    const ddp::DDPStats epoch_stats = model.stats();
+    const std::optional<ddp::DDPStats> epoch_stats =
+        model ? std::optional<ddp::DDPStats>(model->stats()) : std::nullopt;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     train_seconds += seconds;
@@ -433,7 +465,9 @@ int run(const Options& o) {
     if (rank == 0) {
       std::printf("epoch %d: train loss %.4f, test accuracy %.4f, %.1f s\n", epoch + 1,
                   history.epochs.back().train_loss, accuracy, seconds);
-      std::printf("%s\n", fashion_mnist::describe_epoch_stats(epoch + 1, epoch_stats).c_str());
+      if (epoch_stats) {
+        std::printf("%s\n", fashion_mnist::describe_epoch_stats(epoch + 1, *epoch_stats).c_str());
+      }
       write_outputs(o, history);
     }
   }

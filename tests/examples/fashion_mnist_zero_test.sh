@@ -62,5 +62,5 @@ run 2 --epochs 1 --checkpoint '' --comm-hook bf16 > hook.log
 tail -n 1 hook.log | grep -q '"test_accuracy"'
 
 if run 2 --epochs 1 --checkpoint '' --shard fsdp > bad.log 2>&1; then exit 1; fi
-grep -q "shard must be none or zero, got 'fsdp'" bad.log
+grep -q "shard must be none, zero or full, got 'fsdp'" bad.log
 echo "fashion_mnist --shard zero: OK"
