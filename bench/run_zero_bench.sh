@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# ZeroRedundancyOptimizer against DDP + plain Adam, and its two exchanges, on one host: runs
-# zero_bench for each world size, backend and mode, REPS times alternating, the ranks started by
-# hand (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and prints the JSON lines of rank 0. Where
-# PEER_PYTHON is set, each repetition also runs PyTorch's DDP + Adam and DDP +
-# ZeroRedundancyOptimizer on gloo (bench/zero_peer.py, the transformer only) beside ours.
+# Sharded training (ZeroRedundancyOptimizer and its two exchanges, fully_shard) against DDP + plain
+# Adam, on one host: runs zero_bench for each world size, backend and mode, REPS times
+# alternating, the ranks started by hand (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and prints
+# the JSON lines of rank 0. Where PEER_PYTHON is set, each repetition also runs PyTorch's DDP +
+# Adam, DDP + ZeroRedundancyOptimizer and (PEER_MODES) fully_shard on gloo (bench/zero_peer.py,
+# the transformer only) beside ours.
 #
 #   bench/run_zero_bench.sh [EXTRA zero_bench FLAGS...]
 #   PEER_PYTHON=/var/tmp/ddp-cpp-pip-torch/bin/python NPROCS="2 4" MODES="ddp broadcast" \
 #     bench/run_zero_bench.sh --model transformer
 #
 # Environment: BUILD_DIR (default <repo>/build), NPROCS ("2"), REPS (3), BACKENDS ("shm gloo"),
-# MODES ("ddp broadcast allgather"), PEER_PYTHON (unset: no PyTorch runs), PEERS_DIR (the
-# peers' reference_models.py, default <repo>/../shared/peers).
+# MODES ("ddp broadcast allgather"; also fsdp), PEER_PYTHON (unset: no PyTorch runs), PEER_MODES
+# (zero_peer.py's modes, "ddp zero"; also fsdp), PEERS_DIR (the peers' reference_models.py,
+# default <repo>/../shared/peers).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -48,7 +50,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
       done
     done
     if [[ -n "$PEER_PYTHON" ]]; then
-      for mode in ddp zero; do
+      for mode in ${PEER_MODES:-ddp zero}; do
         run_ranks "$nproc" "$PEER_PYTHON" "$ROOT/bench/zero_peer.py" --mode "$mode"
       done
     fi

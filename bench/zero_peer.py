@@ -5,6 +5,7 @@ MASTER_PORT), as bench/run_zero_bench.sh does:
 
     python3 bench/zero_peer.py --mode zero      # DDP + torch.distributed.optim.ZeroRedundancyOptimizer(Adam)
     python3 bench/zero_peer.py --mode ddp       # DDP + torch.optim.Adam
+    python3 bench/zero_peer.py --mode fsdp      # fully_shard (each block, the embeddings, norm and head) + Adam
 
 The model is the peers' TinyGPT (../shared/peers/reference_models.py, PEERS_DIR) at vocabulary
 8192, d_model 768, 12 blocks, 12 heads, MLP 3072, sequence 64, built as zero_bench builds it;
@@ -51,7 +52,7 @@ def max_over_ranks(value):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=("ddp", "zero"), default="zero")
+    parser.add_argument("--mode", choices=("ddp", "zero", "fsdp"), default="zero")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
@@ -59,7 +60,19 @@ def main():
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     net = reference_models.TinyGPT(8192, 768, 12, 12, 3072, 64)
-    model = DistributedDataParallel(net)
+    parameters = sum(p.numel() for p in net.parameters())
+    if args.mode == "fsdp":
+        # As zero_bench shards it: each block a unit, the embeddings, final norm and head units of
+        # their own (the root then holds no parameter of its own).
+        from torch.distributed.fsdp import fully_shard
+        for layer in net.blocks.layers:
+            fully_shard(layer)
+        for name in ("tok", "pos", "norm", "head"):
+            fully_shard(getattr(net, name))
+        fully_shard(net)
+        model = net
+    else:
+        model = DistributedDataParallel(net)
     if args.mode == "zero":
         optimizer = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
     else:
@@ -85,7 +98,9 @@ def main():
     peak_growth = max_over_ranks(after_steps["VmHWM"] - after_init["VmRSS"] - shared_growth)
     shared_memory = max_over_ranks(after_steps["RssShmem"])
     local_optimizer = optimizer.optim if args.mode == "zero" else optimizer
-    state_bytes = sum(t.numel() * t.element_size()
+    def local(t):  # fully_shard's state tensors are DTensors: this rank's shard
+        return t.to_local() if hasattr(t, "to_local") else t
+    state_bytes = sum(local(t).numel() * local(t).element_size()
                       for state in local_optimizer.state.values()
                       for name, t in state.items() if torch.is_tensor(t) and name != "step")
     most_state = max_over_ranks(float(state_bytes))
@@ -93,7 +108,7 @@ def main():
         print(json.dumps({
             "impl": "pytorch " + torch.__version__, "model": "transformer", "backend": "gloo",
             "mode": args.mode, "world_size": dist.get_world_size(),
-            "parameters": sum(p.numel() for p in net.parameters()), "step_ms": round(step_ms, 2),
+            "parameters": parameters, "step_ms": round(step_ms, 2),
             "exchange_ms": 0, "state_bytes_per_rank": most_state,
             "peak_growth_bytes": peak_growth, "shared_memory_bytes": shared_memory}), flush=True)
     dist.destroy_process_group()
