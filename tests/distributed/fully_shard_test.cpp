@@ -66,6 +66,13 @@ torch::Tensor flat_parameters(const torch::nn::Module& net) {
   return torch::cat(lines);
 }
 
+// Whether two flat parameter vectors agree within 1e-6; by how much they differ where not.
+::testing::AssertionResult within_1e6(const torch::Tensor& actual, const torch::Tensor& expected) {
+  if (torch::allclose(actual, expected, 0, 1e-6)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "max difference " << (actual - expected).abs().max().item<double>();
+}
+
 torch::optim::SGD sgd(std::vector<torch::Tensor> parameters) {
   return torch::optim::SGD(std::move(parameters), torch::optim::SGDOptions(0.1).momentum(0.9));
 }
@@ -99,9 +106,8 @@ void expect_sharded_equals_ddp(const std::string& backend, int world, bool resha
       ASSERT_EQ(whole.keys(), names) << "the unsharded model's names";
       const auto sharded = flat(whole);
       const auto reference = flat_parameters(*net_ddp);
-      ASSERT_TRUE(torch::allclose(sharded, reference, 0, 1e-6))
-          << backend << " x" << world << " step " << step << ": max difference from DDP "
-          << (sharded - reference).abs().max().item<double>();
+      ASSERT_TRUE(within_1e6(sharded, reference))
+          << backend << " x" << world << " step " << step << ", against DDP";
       bitwise = bitwise && torch::equal(sharded, reference);
     }
     const auto sharded = flat(ddp::full_state_dict(*net_sharded));
@@ -198,9 +204,7 @@ TEST(FullyShard, GradientAccumulationWithoutSyncEqualsDdpNoSync) {
       optimizer_ddp.step();
       const auto sharded = flat(ddp::full_state_dict(*net_sharded));
       const auto reference = flat_parameters(*net_ddp);
-      ASSERT_TRUE(torch::allclose(sharded, reference, 0, 1e-6))
-          << "step " << step << ": max difference "
-          << (sharded - reference).abs().max().item<double>();
+      ASSERT_TRUE(within_1e6(sharded, reference)) << "step " << step;
     }
   });
 }
@@ -264,9 +268,7 @@ TEST(FullyShard, ClipGradNormClipsByTheWholeModelsNorm) {
       optimizer_ddp.step();
       const auto sharded = flat(ddp::full_state_dict(*net_sharded));
       const auto expected = flat_parameters(*net_ddp);
-      ASSERT_TRUE(torch::allclose(sharded, expected, 0, 1e-6))
-          << "step " << step << ": max difference "
-          << (sharded - expected).abs().max().item<double>();
+      ASSERT_TRUE(within_1e6(sharded, expected)) << "step " << step;
     }
   });
 }
@@ -414,9 +416,7 @@ TEST(FullyShard, TransformerBlocksCalledWithTheirOwnArgumentsEqualDdpWithAdam) {
       optimizer_ddp.step();
       const auto whole = flat(ddp::full_state_dict(*sharded));
       const auto expected = flat_parameters(*reference);
-      ASSERT_TRUE(torch::allclose(whole, expected, 0, 1e-6))
-          << "step " << step << ": max difference "
-          << (whole - expected).abs().max().item<double>();
+      ASSERT_TRUE(within_1e6(whole, expected)) << "step " << step;
     }
   });
 }
