@@ -95,10 +95,6 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const RendezvousSpec& spec,
   }
 }
 
-// The longest single attempt to connect to rank 0's store; whole seconds, as 1.13's client
-// truncates its timeout to seconds.
-constexpr std::chrono::milliseconds kConnectAttempt{2000};
-
 // The previous job's server, as the last init of this process on another rank than 0 left it: a
 // connection kept open to it, to learn when rank 0 closes it (listener_probe.h).
 std::mutex previous_server_mutex;
@@ -145,13 +141,8 @@ c10::intrusive_ptr<c10d::Store> connect_hosted_store(const RendezvousSpec& spec,
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     try {
-      // Each attempt a fresh connection within kConnectAttempt: a handshake that goes unanswered
-      // (seen once under load, three SYNs in 4 s) is retried on a new socket instead of waiting
-      // out the kernel's ever longer retransmissions for the whole timeout.
-      const auto attempt = std::min(std::max(left, std::chrono::milliseconds(1)), kConnectAttempt);
-      auto store = connect_tcp_store(spec, attempt, timeout);
+      auto store = connect_tcp_store(spec, std::max(left, std::chrono::milliseconds(1)), timeout);
       if (!store->check({started}) && store->add(init_barrier, 0) < spec.world_size) {
-        store->setTimeout(timeout);  // the attempt's bound was also its default wait
         watch_server(spec);
         return store;
       }
