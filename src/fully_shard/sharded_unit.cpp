@@ -35,6 +35,12 @@ std::vector<std::vector<int64_t>> shapes_of(const std::vector<at::Tensor>& param
   return shapes;
 }
 
+// The unit whose reduce-scatter is in flight, if any (one training thread).
+std::weak_ptr<ShardedUnit>& unit_reducing_now() {
+  static std::weak_ptr<ShardedUnit> unit;
+  return unit;
+}
+
 }  // namespace
 
 ShardedUnit::ShardedUnit(std::vector<at::Tensor> parameters, const FullyShardOptions& options)
@@ -233,8 +239,15 @@ void ShardedUnit::launch_reduce_scatter() {
       at::mul_out(destination, rows_of_grad.narrow(0, r * p.chunk_rows, rows), average);
     }
   }
+  // One reduce-scatter in flight at a time: each holds its packed gradients (and, where the
+  // backend composes it from an all-reduce, a copy of them) until it ends, so a backward that
+  // kept every unit's in flight would hold the whole model's gradients twice at its end.
+  std::weak_ptr<ShardedUnit>& in_flight = unit_reducing_now();
+  if (auto previous = in_flight.lock()) previous->complete_reduction();
   reduced_ = at::empty({layout_.shard_numel}, shards_.options());
   reduction_ = ddp::reduce_scatter_tensor_async(reduced_, packed, ReduceOp::SUM, group());
+  reduction_pending_ = true;
+  in_flight = weak_from_this();
   // The whole gradients are packed, and every node that computes a gradient of these parameters
   // has run: the whole parameters can go, unless a frozen one may still be read by a node that
   // computes only its input's gradient (then at the end of backward).
@@ -255,6 +268,13 @@ void ShardedUnit::finish_backward() {
     }
     return;
   }
+  complete_reduction();
+}
+
+void ShardedUnit::complete_reduction() {
+  if (!reduction_pending_) return;
+  reduction_pending_ = false;
+  c10::NoGradGuard no_grad;
   reduction_.wait();
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!parameters_[i].requires_grad()) continue;

@@ -66,6 +66,8 @@ class ShardedUnit : public std::enable_shared_from_this<ShardedUnit> {
   void on_gradient_ready(size_t index);
   void launch_reduce_scatter();
   void finish_backward();
+  /// Waits for this unit's reduce-scatter, if one is pending, and hands each shard its gradient.
+  void complete_reduction();
   void allocate_whole();
 
   std::vector<at::Tensor> parameters_;
@@ -92,6 +94,7 @@ class ShardedUnit : public std::enable_shared_from_this<ShardedUnit> {
   std::vector<at::Tensor> unsynced_;       // whole gradients kept while sync is off
   at::Tensor reduced_;                     // this rank's averaged shard of the gradients
   Work reduction_;
+  bool reduction_pending_ = false;
   bool sync_gradients_ = true;
 };
 
