@@ -62,8 +62,11 @@ int64_t leave_generation(c10d::Store& file, int64_t generation) {
 }
 
 // Some rank of `generation` was claimed by a process known to have exited before the rendezvous
-// completed: a crashed run's, which this one must not join.
+// completed: a crashed run's, which this one must not join. Or the file has moved past it since
+// this rank read it: the ranks of this run that saw the crashed run's claims left it (and may have
+// claimed their ranks anew, hiding those claims), or it filled; either way it is not this rank's.
 bool abandoned(c10d::Store& file, int64_t generation, int world_size) {
+  if (file.add(kGenerationKey, 0) > generation) return true;
   if (!incomplete(file, generation, world_size)) return false;
   for (int rank = 0; rank < world_size; ++rank) {
     const auto claim = claim_of(file, rank);
