@@ -75,9 +75,8 @@ std::map<const c10::TensorImpl*, ShardRows> shard_rows_of(const torch::nn::Modul
   for (const auto& unit : units_of(model)) {
     for (size_t i = 0; i < unit->parameters().size(); ++i) {
       const ShardedParameter& p = unit->layout_of(i);
-      const int64_t first = std::min(unit->group_rank() * p.chunk_rows, p.rows);
-      rows[unit->parameters()[i].unsafeGetTensorImpl()] = {p.shape, first,
-                                                           p.rows_of(unit->group_rank())};
+      rows[unit->parameters()[i].unsafeGetTensorImpl()] = {
+          p.shape, p.first_row_of(unit->group_rank()), p.rows_of(unit->group_rank())};
     }
   }
   return rows;

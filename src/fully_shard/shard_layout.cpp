@@ -8,6 +8,10 @@ int64_t ShardedParameter::rows_of(int rank) const {
   return std::clamp<int64_t>(rows - rank * chunk_rows, 0, chunk_rows);
 }
 
+int64_t ShardedParameter::first_row_of(int rank) const {
+  return std::min<int64_t>(rank * chunk_rows, rows);
+}
+
 ShardLayout ShardLayout::of(const std::vector<std::vector<int64_t>>& shapes, int group_size) {
   ShardLayout layout;
   for (const auto& shape : shapes) {

@@ -20,6 +20,9 @@ struct ShardedParameter {
 
   /// The rows that `rank` keeps: chunk_rows, fewer at the end, or none.
   int64_t rows_of(int rank) const;
+  /// The first of them (`rows` where it keeps none: 5 rows at 4 ranks leave rank 3 none, and its
+  /// chunk would start at row 6).
+  int64_t first_row_of(int rank) const;
   int64_t chunk_numel() const { return chunk_rows * row_numel; }
   int64_t numel() const { return rows * row_numel; }
 };

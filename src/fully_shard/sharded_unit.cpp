@@ -89,7 +89,7 @@ ShardedUnit::ShardedUnit(std::vector<at::Tensor> parameters, const FullyShardOpt
     const int64_t rows = p.rows_of(group_rank_);
     at::Tensor shard = shards_.narrow(0, p.shard_offset, rows * p.row_numel);
     shard.copy_(data.reshape({p.rows, p.row_numel})
-                    .narrow(0, group_rank_ * p.chunk_rows, rows)
+                    .narrow(0, p.first_row_of(group_rank_), rows)
                     .reshape({-1}));
     std::vector<int64_t> shard_shape = p.shape.empty() ? std::vector<int64_t>{1} : p.shape;
     shard_shape[0] = rows;

@@ -159,6 +159,15 @@ TEST(FullyShard, ParametersHoldThisRanksRowsOutsideForwardAndBackward) {
                                    item.value().size(0))))
           << item.key();
     }
+    // 5 rows at 4 ranks: chunks of 2, and rank 3's would start past the end (it keeps none).
+    torch::nn::Sequential small(torch::nn::Linear(3, 5), torch::nn::Tanh(),
+                                torch::nn::Linear(5, 2));
+    auto small_whole = flat_parameters(*small).clone();
+    ddp::broadcast(small_whole, 0);  // fully_shard starts every rank from rank 0's parameters
+    ddp::fully_shard(small);
+    const int64_t rows_5[] = {2, 2, 1, 0};
+    EXPECT_EQ(small->named_parameters()["0.weight"].sizes(), torch::IntArrayRef({rows_5[rank], 3}));
+    EXPECT_TRUE(torch::equal(flat(ddp::full_state_dict(*small)), small_whole));
     // After a step the gradients are the shards' too.
     shard_backward([&](torch::Tensor x) { return net->forward(x); }, 0, rank, 4);
     for (const auto& item : net->named_parameters()) {
